@@ -1,0 +1,38 @@
+PY := .venv/bin/python
+BIN := .venv/bin
+STAMP := .venv/.installed
+
+.PHONY: install lint format test demo bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+	$(BIN)/lint-imports
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: install
+	$(BIN)/pytest
+
+demo: install
+	$(PY) manage.py migrate
+	$(PY) manage.py seed_demo
+	$(PY) manage.py runserver 127.0.0.1:8000
+
+bench: install
+	$(PY) bench/run.py
+
+clean:
+	rm -rf .venv staticfiles .pytest_cache .mypy_cache .ruff_cache .import_linter_cache *.egg-info build
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,473 @@
+"""The pipeline: nine stages, in order; the first that fails ends the call with a stable code.
+
+It never raises for anything a caller sent: every outcome is a CallResult, and every call leaves
+exactly one audit record.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from dispatch.pipeline import codes
+from dispatch.pipeline.canonical import arguments_hash, canonical_json, idempotency_key
+from dispatch.pipeline.codes import Code
+from dispatch.pipeline.messages import describe_validation_error
+from dispatch.pipeline.policy import Policy
+from dispatch.pipeline.results import CallResult, compact_json, make_result
+from dispatch.pipeline.state import (
+    AuditEntry,
+    KeyStatus,
+    PendingConfirmation,
+    SessionConflict,
+    StatePort,
+    Verdict,
+)
+from dispatch.pipeline.strictjson import StrictJSONError, check_object, loads_object
+from dispatch.pipeline.tools import (
+    CheckContext,
+    ExecutionContext,
+    OutcomeUnknownError,
+    Refused,
+    Risk,
+    ToolCall,
+    ToolRegistry,
+    ToolSpec,
+    TransientError,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_argument_bytes: int = 8192
+    # How much of the raw arguments the audit keeps.
+    audit_raw_chars: int = 4096
+    # How long a call waits for an identical one that is still executing.
+    in_progress_wait_seconds: float = 3.0
+    in_progress_poll_seconds: float = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    attempts: int = 3
+    base_delay_seconds: float = 0.05
+    max_delay_seconds: float = 1.0
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.max_delay_seconds, self.base_delay_seconds * 2 ** (attempt - 1)))
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(slots=True)
+class _Trace:
+    """What the audit record says about a call, filled in as the stages pass."""
+
+    step: int | None = None
+    arguments: Mapping[str, Any] | None = None
+    key: str | None = None
+    confirmation_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """The outcome of stage 8 and the status it leaves the idempotency key in."""
+
+    result: CallResult
+    status: KeyStatus
+
+
+class Pipeline:
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        state: StatePort,
+        *,
+        limits: Limits | None = None,
+        retry: RetryPolicy | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+        monotonic: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
+        new_id: Callable[[], str] = _new_id,
+    ) -> None:
+        self.registry = registry
+        self.state = state
+        self.limits = limits or Limits()
+        self.retry = retry or RetryPolicy()
+        self.clock = clock
+        self.monotonic = monotonic
+        self.sleep = sleep
+        self.new_id = new_id
+
+    def run(self, call: ToolCall, policy: Policy) -> CallResult:
+        started = self.monotonic()
+        call_id = self.new_id()
+        trace = _Trace()
+        try:
+            result = self._run(call, policy, call_id, trace)
+        except SessionConflict:
+            raise
+        except Exception:
+            logger.exception("pipeline failed on call %s", call_id)
+            result = make_result(
+                call_id=call_id,
+                tool=call.tool,
+                code=codes.INTERNAL_ERROR,
+                message="Toolgate failed while handling this call.",
+            )
+        self.state.record(
+            AuditEntry(
+                call_id=call_id,
+                at=self.clock(),
+                agent_id=call.agent_id,
+                session_id=call.session_id,
+                customer_id=call.customer_id,
+                step=trace.step,
+                tool=call.tool,
+                raw_arguments=self._raw_for_audit(call.arguments),
+                arguments=trace.arguments,
+                key=trace.key,
+                ok=result.ok,
+                code=result.code,
+                message=result.message,
+                replayed=result.replayed,
+                confirmation_id=trace.confirmation_id,
+                policy_version=policy.version,
+                duration_ms=(self.monotonic() - started) * 1000.0,
+            )
+        )
+        return result
+
+    def _run(self, call: ToolCall, policy: Policy, call_id: str, trace: _Trace) -> CallResult:
+        def reject(code: Code, message: str, **extra: Any) -> CallResult:
+            return make_result(call_id=call_id, tool=call.tool, code=code, message=message, **extra)
+
+        # 0. Step budget: the cheapest check, and it bounds every loop an agent can get into.
+        trace.step = self.state.next_step(
+            agent_id=call.agent_id, session_id=call.session_id, customer_id=call.customer_id
+        )
+        if trace.step > policy.step_budget:
+            return reject(
+                codes.STEP_LIMIT,
+                f"This session has used its budget of {policy.step_budget} calls; "
+                "hand the conversation over to a human.",
+            )
+
+        # 1. Known tool, and on this agent's allowlist.
+        spec = self.registry.get(call.tool)
+        if spec is None:
+            offered = sorted(t.name for t in self.registry if t.name in policy.allowed_tools)
+            return reject(
+                codes.UNKNOWN_TOOL,
+                f"tool: no tool is named {call.tool[:64]!r} "
+                f"(the tools you can call are: {', '.join(offered) or 'none'})",
+            )
+        if spec.name not in policy.allowed_tools:
+            return reject(
+                codes.TOOL_NOT_ALLOWED, f"tool: {spec.name} is not allowed for this agent"
+            )
+
+        # 2. One strict JSON object within the size limit.
+        try:
+            if isinstance(call.arguments, str):
+                document = loads_object(call.arguments, max_bytes=self.limits.max_argument_bytes)
+            else:
+                document = check_object(call.arguments, max_bytes=self.limits.max_argument_bytes)
+        except StrictJSONError as exc:
+            return reject(
+                codes.INVALID_JSON,
+                f"arguments: {exc} (send exactly one JSON object with the fields: "
+                f"{', '.join(spec.arguments.model_fields)})",
+            )
+
+        # 3. The tool's schema, strictly: no coercion, no unknown fields.
+        try:
+            arguments = spec.arguments.model_validate(document, strict=True)
+        except ValidationError as exc:
+            return reject(codes.INVALID_ARGUMENTS, describe_validation_error(spec.arguments, exc))
+        validated = arguments.model_dump(mode="json")
+        canonical = canonical_json(validated)
+        key = idempotency_key(
+            agent_id=call.agent_id, session_id=call.session_id, tool=spec.name, canonical=canonical
+        )
+        trace.arguments = validated
+        trace.key = key
+
+        # 4. Idempotency: replay what completed, return what is held, stop what loops.
+        claim = self.state.claim(
+            key=key,
+            agent_id=call.agent_id,
+            session_id=call.session_id,
+            tool=spec.name,
+            exclusive=spec.writes,
+            repeat_limit=policy.repeat_limit,
+            now=self.clock(),
+        )
+        deadline = self.monotonic() + self.limits.in_progress_wait_seconds
+        while claim.verdict is Verdict.IN_PROGRESS and self.monotonic() < deadline:
+            self.sleep(self.limits.in_progress_poll_seconds)
+            claim = self.state.claim(
+                key=key,
+                agent_id=call.agent_id,
+                session_id=call.session_id,
+                tool=spec.name,
+                exclusive=spec.writes,
+                repeat_limit=policy.repeat_limit,
+                now=self.clock(),
+                count=False,
+            )
+        if claim.verdict is Verdict.LOOP:
+            return reject(
+                codes.LOOP_DETECTED,
+                f"This exact call was already sent {claim.attempts - 1} times in this session; "
+                "repeating it will not change the answer. Tell the user what happened instead.",
+            )
+        if claim.verdict is Verdict.REPLAY and claim.result is not None:
+            return self._replay(call_id, claim.result)
+        if claim.verdict is Verdict.HELD and claim.confirmation is not None:
+            trace.confirmation_id = claim.confirmation.confirmation_id
+            return self._held(call_id, claim.confirmation, replayed=True)
+        if claim.verdict is Verdict.IN_PROGRESS:
+            return reject(
+                codes.CALL_IN_PROGRESS,
+                "An identical call is still executing; send it again in a moment for its result.",
+            )
+        if claim.verdict is not Verdict.OWNED:
+            return self._stages_5_to_8(
+                spec, arguments, validated, call, call_id, policy, trace
+            ).result
+
+        try:
+            if claim.previous is KeyStatus.UNKNOWN:
+                # The effect may already have happened: finish it under the same key rather than
+                # judge it again against a state that it may itself have changed.
+                outcome = self._execute(spec, arguments, call, call_id, key)
+            else:
+                outcome = self._stages_5_to_8(
+                    spec, arguments, validated, call, call_id, policy, trace
+                )
+        except BaseException:
+            self.state.settle(key=key, status=KeyStatus.UNKNOWN if spec.writes else KeyStatus.OPEN)
+            raise
+        if outcome.status is not KeyStatus.HELD:
+            stored = outcome.result.as_dict() if outcome.status is KeyStatus.COMPLETED else None
+            self.state.settle(key=key, status=outcome.status, result=stored)
+        return outcome.result
+
+    def _stages_5_to_8(
+        self,
+        spec: ToolSpec[Any],
+        arguments: BaseModel,
+        validated: Mapping[str, Any],
+        call: ToolCall,
+        call_id: str,
+        policy: Policy,
+        trace: _Trace,
+    ) -> Execution:
+        def refuse(code: Code, message: str, data: Mapping[str, Any] | None = None) -> Execution:
+            result = make_result(
+                call_id=call_id, tool=spec.name, code=code, message=message, data=data
+            )
+            return Execution(result, KeyStatus.OPEN)
+
+        # 5. Business rules against the live state of the system of record.
+        if spec.check is not None:
+            rejection = spec.check(arguments, CheckContext(customer_id=call.customer_id))
+            if rejection is not None:
+                return refuse(rejection.code, rejection.message, rejection.data)
+
+        # 6. The agent's policy limits.
+        amount = spec.amount_of(arguments)
+        if amount is not None and amount > policy.max_amount_cents:
+            return refuse(
+                codes.POLICY_LIMIT,
+                f"{spec.amount_field}: {amount} is above this agent's limit of "
+                f"{policy.max_amount_cents} per call (a human must handle larger amounts)",
+                {"limit_cents": policy.max_amount_cents},
+            )
+
+        # 7. A human decides where the risk calls for it; only calls that would succeed get here.
+        if spec.risk is Risk.HIGH and policy.needs_confirmation(amount):
+            canonical = canonical_json(validated)
+            now = self.clock()
+            confirmation = PendingConfirmation(
+                confirmation_id=self.new_id(),
+                key=idempotency_key(
+                    agent_id=call.agent_id,
+                    session_id=call.session_id,
+                    tool=spec.name,
+                    canonical=canonical,
+                ),
+                tool=spec.name,
+                arguments=dict(validated),
+                arguments_hash=arguments_hash(canonical),
+                agent_id=call.agent_id,
+                session_id=call.session_id,
+                customer_id=call.customer_id,
+                policy_version=policy.version,
+                reviewers_required=policy.reviewers_required(amount),
+                amount_cents=amount,
+                created_at=now,
+                expires_at=now + timedelta(seconds=policy.confirmation_ttl_seconds),
+            )
+            self.state.hold(confirmation)
+            trace.confirmation_id = confirmation.confirmation_id
+            return Execution(self._held(call_id, confirmation, replayed=False), KeyStatus.HELD)
+
+        # 8. Execution.
+        key = trace.key or ""
+        return self._execute(spec, arguments, call, call_id, key)
+
+    def _execute(
+        self,
+        spec: ToolSpec[Any],
+        arguments: BaseModel,
+        call: ToolCall,
+        call_id: str,
+        key: str,
+        approved_by: tuple[str, ...] = (),
+    ) -> Execution:
+        return execute_with_retries(
+            spec,
+            arguments,
+            ExecutionContext(
+                customer_id=call.customer_id, idempotency_key=key, approved_by=approved_by
+            ),
+            call_id=call_id,
+            retry=self.retry,
+            sleep=self.sleep,
+        )
+
+    def _replay(self, call_id: str, stored: Mapping[str, Any]) -> CallResult:
+        first = CallResult.from_dict(stored)
+        return replace(
+            first,
+            call_id=call_id,
+            replayed=True,
+            model_text=f"REPLAY (an identical earlier call already ran; nothing was done again) "
+            f"{first.model_text}",
+        )
+
+    def _held(
+        self, call_id: str, confirmation: PendingConfirmation, *, replayed: bool
+    ) -> CallResult:
+        data = confirmation_data(confirmation)
+        result = make_result(
+            call_id=call_id,
+            tool=confirmation.tool,
+            code=codes.CONFIRMATION_REQUIRED,
+            message=(
+                f"{confirmation.tool} is held for human approval as confirmation "
+                f"{confirmation.confirmation_id}, until {data['expires_at']}."
+            ),
+            data=data,
+        )
+        return replace(result, replayed=replayed)
+
+    def _raw_for_audit(self, raw: str | Mapping[str, Any]) -> str:
+        if isinstance(raw, str):
+            text = raw
+        else:
+            try:
+                text = compact_json(raw)
+            except (TypeError, ValueError):
+                text = repr(raw)
+        return text[: self.limits.audit_raw_chars]
+
+
+def confirmation_data(confirmation: PendingConfirmation) -> dict[str, Any]:
+    return {
+        "confirmation_id": confirmation.confirmation_id,
+        "status": "pending",
+        "expires_at": confirmation.expires_at.isoformat(),
+        "arguments": dict(confirmation.arguments),
+        "reviewers_required": confirmation.reviewers_required,
+    }
+
+
+def execute_with_retries(
+    spec: ToolSpec[Any],
+    arguments: BaseModel,
+    context: ExecutionContext,
+    *,
+    call_id: str,
+    retry: RetryPolicy,
+    sleep: Callable[[float], None],
+) -> Execution:
+    """Stage 8: run the handler, retrying transient failures only, always with the same key."""
+
+    def result(code: Code, message: str, data: Mapping[str, Any], **extra: Any) -> CallResult:
+        return make_result(
+            call_id=call_id, tool=spec.name, code=code, message=message, data=data, **extra
+        )
+
+    uncertain = False
+    for attempt in range(1, retry.attempts + 1):
+        try:
+            data = spec.handler(arguments, context)
+        except Refused as refused:
+            rejection = refused.rejection
+            return Execution(
+                result(rejection.code, rejection.message, rejection.data), KeyStatus.OPEN
+            )
+        except TransientError:
+            pass
+        except OutcomeUnknownError:
+            uncertain = True
+        except Exception:
+            logger.exception("handler of %s failed on call %s", spec.name, call_id)
+            if spec.writes:
+                return Execution(
+                    result(
+                        codes.INTERNAL_ERROR,
+                        "Toolgate failed while executing this call, and whether it took effect "
+                        "is not known. Do not send it again; tell the user it is being checked.",
+                        {"outcome": "unknown"},
+                    ),
+                    KeyStatus.UNKNOWN,
+                )
+            return Execution(
+                result(codes.INTERNAL_ERROR, "Toolgate failed while executing this call.", {}),
+                KeyStatus.OPEN,
+            )
+        else:
+            return Execution(result(codes.OK, "Done.", data), KeyStatus.COMPLETED)
+        if attempt < retry.attempts:
+            sleep(retry.delay(attempt))
+
+    if uncertain and spec.writes:
+        return Execution(
+            result(
+                codes.UPSTREAM_UNAVAILABLE,
+                f"The system of record did not confirm {spec.name} after {retry.attempts} "
+                "attempts: it may or may not have taken effect. Do not send it again blindly; "
+                "check the current state first, or tell the user it is being verified.",
+                {"outcome": "unknown", "attempts": retry.attempts},
+                retryable=False,
+            ),
+            KeyStatus.UNKNOWN,
+        )
+    return Execution(
+        result(
+            codes.UPSTREAM_UNAVAILABLE,
+            f"The system of record is unavailable; nothing was done after {retry.attempts} "
+            "attempts. The same call may succeed shortly.",
+            {"outcome": "not_applied", "attempts": retry.attempts},
+        ),
+        KeyStatus.OPEN,
+    )

@@ -1,0 +1,234 @@
+"""The state port: what the core needs to remember between calls, and an in-memory store.
+
+The Django adapter implements the same port on the ORM (dispatch/store.py); unit tests and the
+benchmark use InMemoryState. The decision table for idempotency records lives here, once, so that
+every store answers a repeated call the same way.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Protocol
+
+
+class SessionConflict(Exception):
+    """The session id is already bound to another customer (an envelope error, not a result)."""
+
+
+class KeyStatus(enum.StrEnum):
+    IN_PROGRESS = "in_progress"
+    # Answered without effect (a rule or a limit refused it): an identical call is judged anew.
+    OPEN = "open"
+    COMPLETED = "completed"
+    HELD = "held"
+    # The effect may have happened: an identical call resumes execution with the same key.
+    UNKNOWN = "unknown"
+
+
+class Verdict(enum.StrEnum):
+    OWNED = "owned"  # this call runs the remaining stages; the key is now in progress
+    PROCEED = "proceed"  # a call without side effects: counted, never locked or replayed
+    REPLAY = "replay"
+    HELD = "held"
+    IN_PROGRESS = "in_progress"
+    LOOP = "loop"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingConfirmation:
+    confirmation_id: str
+    key: str
+    tool: str
+    arguments: Mapping[str, Any]
+    arguments_hash: str
+    agent_id: str
+    session_id: str
+    customer_id: str
+    policy_version: int
+    reviewers_required: int
+    amount_cents: int | None
+    created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    verdict: Verdict
+    attempts: int
+    previous: KeyStatus | None = None
+    result: Mapping[str, Any] | None = None
+    confirmation: PendingConfirmation | None = None
+
+
+def decide_claim(
+    *,
+    status: KeyStatus | None,
+    attempts: int,
+    repeat_limit: int,
+    exclusive: bool,
+    confirmation_live: bool,
+) -> tuple[Verdict, KeyStatus]:
+    """Given a key's record (attempts already counted), what this call may do and the new status."""
+    current = status or KeyStatus.OPEN
+    if attempts > repeat_limit:
+        return Verdict.LOOP, current
+    if not exclusive:
+        return Verdict.PROCEED, current
+    if current is KeyStatus.COMPLETED:
+        return Verdict.REPLAY, current
+    if current is KeyStatus.IN_PROGRESS:
+        return Verdict.IN_PROGRESS, current
+    if current is KeyStatus.HELD and confirmation_live:
+        return Verdict.HELD, current
+    return Verdict.OWNED, KeyStatus.IN_PROGRESS
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    call_id: str
+    at: datetime
+    agent_id: str
+    session_id: str
+    customer_id: str
+    step: int | None
+    tool: str
+    raw_arguments: str
+    arguments: Mapping[str, Any] | None
+    key: str | None
+    ok: bool
+    code: str
+    message: str
+    replayed: bool
+    confirmation_id: str | None
+    policy_version: int
+    duration_ms: float
+
+
+class StatePort(Protocol):
+    def next_step(self, *, agent_id: str, session_id: str, customer_id: str) -> int:
+        """Count one step of the session (binding it on first use) and return the new count."""
+        ...
+
+    def claim(
+        self,
+        *,
+        key: str,
+        agent_id: str,
+        session_id: str,
+        tool: str,
+        exclusive: bool,
+        repeat_limit: int,
+        now: datetime,
+        count: bool = True,
+    ) -> Claim:
+        """Atomically count a use of the key and apply decide_claim to its record."""
+        ...
+
+    def settle(
+        self, *, key: str, status: KeyStatus, result: Mapping[str, Any] | None = None
+    ) -> None:
+        """Leave the key in its final status for this call (with the result to replay)."""
+        ...
+
+    def hold(self, confirmation: PendingConfirmation) -> None:
+        """Store a pending confirmation and mark its key held, together."""
+        ...
+
+    def record(self, entry: AuditEntry) -> None:
+        """Append one audit record."""
+        ...
+
+
+@dataclass
+class _KeyRecord:
+    status: KeyStatus
+    attempts: int = 0
+    result: Mapping[str, Any] | None = None
+    confirmation_id: str | None = None
+
+
+@dataclass
+class InMemoryState:
+    """A complete StatePort in a few dicts; thread-safe, forgets everything on exit."""
+
+    sessions: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    keys: dict[str, _KeyRecord] = field(default_factory=dict)
+    confirmations: dict[str, PendingConfirmation] = field(default_factory=dict)
+    audit: list[AuditEntry] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def next_step(self, *, agent_id: str, session_id: str, customer_id: str) -> int:
+        with self._lock:
+            bound, steps = self.sessions.get((agent_id, session_id), (customer_id, 0))
+            if bound != customer_id:
+                raise SessionConflict(session_id)
+            self.sessions[agent_id, session_id] = (bound, steps + 1)
+            return steps + 1
+
+    def claim(
+        self,
+        *,
+        key: str,
+        agent_id: str,
+        session_id: str,
+        tool: str,
+        exclusive: bool,
+        repeat_limit: int,
+        now: datetime,
+        count: bool = True,
+    ) -> Claim:
+        with self._lock:
+            record = self.keys.get(key)
+            if record is None:
+                record = self.keys[key] = _KeyRecord(status=KeyStatus.OPEN)
+                previous = None
+            else:
+                previous = record.status
+            if count:
+                record.attempts += 1
+            confirmation = (
+                self.confirmations.get(record.confirmation_id) if record.confirmation_id else None
+            )
+            verdict, record.status = decide_claim(
+                status=previous,
+                attempts=record.attempts,
+                repeat_limit=repeat_limit,
+                exclusive=exclusive,
+                confirmation_live=confirmation is not None and confirmation.expires_at > now,
+            )
+            return Claim(
+                verdict=verdict,
+                attempts=record.attempts,
+                previous=previous,
+                result=record.result,
+                confirmation=confirmation,
+            )
+
+    def settle(
+        self, *, key: str, status: KeyStatus, result: Mapping[str, Any] | None = None
+    ) -> None:
+        with self._lock:
+            record = self.keys[key]
+            record.status = status
+            record.result = result
+
+    def hold(self, confirmation: PendingConfirmation) -> None:
+        with self._lock:
+            self.confirmations[confirmation.confirmation_id] = confirmation
+            record = self.keys[confirmation.key]
+            record.status = KeyStatus.HELD
+            record.confirmation_id = confirmation.confirmation_id
+
+    def record(self, entry: AuditEntry) -> None:
+        with self._lock:
+            self.audit.append(entry)
+
+    def expire(self, confirmation_id: str, at: datetime) -> None:
+        """Move a confirmation's expiry (for tests of expiry)."""
+        with self._lock:
+            held = self.confirmations[confirmation_id]
+            self.confirmations[confirmation_id] = replace(held, expires_at=at)

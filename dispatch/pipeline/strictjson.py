@@ -1,0 +1,131 @@
+"""Strict JSON (RFC 8259) for the arguments a model produced.
+
+Python's json module is lenient where a model's output must not be: it accepts NaN and Infinity,
+keeps the last of duplicate keys, and turns 1e400 into infinity. Each of those would let two
+readers disagree about what the model asked for, so each is refused here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+MAX_DEPTH = 32
+
+
+class StrictJSONError(ValueError):
+    """The text is not one unambiguous JSON value within the limits."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise StrictJSONError(f"{name} is not JSON; numbers must be finite")
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise StrictJSONError(f"key {key!r} appears more than once")
+            seen.add(key)
+    return obj
+
+
+_decoder = json.JSONDecoder(
+    object_pairs_hook=_refuse_duplicates,
+    parse_constant=_refuse_constant,
+)
+
+
+def check_value(value: Any, depth: int = 1) -> None:
+    """Refuse what JSON cannot say exactly: deep nesting, non-finite numbers, lone surrogates."""
+    if depth > MAX_DEPTH:
+        raise StrictJSONError(f"nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, str):
+        _check_text(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise StrictJSONError("a number is out of range")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise StrictJSONError("object keys must be strings")
+            _check_text(key)
+            if isinstance(item, (dict, list, str, float)):
+                check_value(item, depth + 1)
+            elif not (item is None or isinstance(item, (bool, int))):
+                raise StrictJSONError(f"value of {key!r} is not a JSON value")
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, (dict, list, str, float)):
+                check_value(item, depth + 1)
+            elif not (item is None or isinstance(item, (bool, int))):
+                raise StrictJSONError("an array item is not a JSON value")
+    elif not (value is None or isinstance(value, (bool, int))):
+        raise StrictJSONError("not a JSON value")
+
+
+def _check_text(text: str) -> None:
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise StrictJSONError("a string holds an unpaired surrogate") from None
+
+
+def loads(text: str) -> Any:
+    """Parse one strict JSON value."""
+    try:
+        value = _decoder.decode(text)
+    except StrictJSONError:
+        raise
+    except RecursionError:
+        raise StrictJSONError(f"nested deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        raise StrictJSONError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+        raise StrictJSONError(str(exc)) from None
+    check_value(value)
+    return value
+
+
+def loads_object(text: str, *, max_bytes: int) -> dict[str, Any]:
+    """Parse text that must hold exactly one JSON object of at most max_bytes (UTF-8)."""
+    if len(text) > max_bytes or (not text.isascii() and len(text.encode("utf-8")) > max_bytes):
+        raise StrictJSONError(f"larger than {max_bytes} bytes")
+    value = loads(text)
+    if not isinstance(value, dict):
+        raise StrictJSONError(f"must be a JSON object, not {_json_type(value)}")
+    return value
+
+
+def check_object(value: object, *, max_bytes: int) -> dict[str, Any]:
+    """The same rules for arguments that arrived already parsed (an object in the envelope)."""
+    if not isinstance(value, Mapping):
+        raise StrictJSONError(f"must be a JSON object, not {_json_type(value)}")
+    obj = dict(value)
+    check_value(obj)
+    try:
+        size = len(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    except (TypeError, ValueError) as exc:
+        raise StrictJSONError(str(exc)) from None
+    if size > max_bytes:
+        raise StrictJSONError(f"larger than {max_bytes} bytes")
+    return obj
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__

@@ -1,0 +1,135 @@
+"""Tool declarations and the one registry through which domains offer them.
+
+A tool is declared once: its argument model (strict pydantic), its business check (no side
+effects), its handler (the effect) and its flags. Everything else — validation, JSON Schema, the
+vendor formats, the labels of the dashboard — is derived from the declaration.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from dispatch.pipeline.codes import CORE_CODES, Code, CodeCatalogue
+
+Args = TypeVar("Args", bound=BaseModel)
+
+
+class Risk(enum.StrEnum):
+    LOW = "low"
+    HIGH = "high"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One raw call as a model produced it, with what the agent host vouches for."""
+
+    agent_id: str
+    session_id: str
+    customer_id: str
+    tool: str
+    # The model's raw text, or an object the host already parsed.
+    arguments: str | Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckContext:
+    customer_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionContext:
+    customer_id: str
+    # The same for every attempt of one call: handlers pass it to the system of record.
+    idempotency_key: str
+    approved_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A business rule that the call breaks, as the domain words it."""
+
+    code: Code
+    message: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Refused(Exception):
+    """Raised by a handler when the system of record refuses the effect and nothing happened."""
+
+    def __init__(self, rejection: Rejection) -> None:
+        super().__init__(rejection.message)
+        self.rejection = rejection
+
+
+class TransientError(Exception):
+    """Raised by a handler when the effect certainly did not happen and a retry may succeed."""
+
+
+class OutcomeUnknownError(Exception):
+    """Raised by a handler when the effect may or may not have happened (e.g. a lost response).
+
+    Retrying is safe only because write handlers pass the idempotency key to the system of record.
+    """
+
+
+Check = Callable[[Args, CheckContext], Rejection | None]
+Handler = Callable[[Args, ExecutionContext], Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec(Generic[Args]):
+    name: str
+    description: str
+    arguments: type[Args]
+    handler: Handler[Args]
+    check: Check[Args] | None = None
+    writes: bool = False
+    risk: Risk = Risk.LOW
+    # The argument a policy's amount limits apply to (minor units), if the tool moves an amount.
+    amount_field: str | None = None
+    # Business codes the check and the handler may answer with.
+    codes: tuple[Code, ...] = ()
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if self.amount_field is not None and self.amount_field not in self.arguments.model_fields:
+            raise ValueError(f"{self.name}: amount_field {self.amount_field!r} is not an argument")
+
+    def amount_of(self, arguments: BaseModel) -> int | None:
+        if self.amount_field is None:
+            return None
+        amount = getattr(arguments, self.amount_field)
+        return int(amount)
+
+    def json_schema(self) -> dict[str, Any]:
+        return self.arguments.model_json_schema()
+
+
+class ToolRegistry:
+    def __init__(self) -> None:
+        self._tools: dict[str, ToolSpec[Any]] = {}
+        self._catalogue = CodeCatalogue(CORE_CODES)
+
+    def register(self, spec: ToolSpec[Any]) -> None:
+        if spec.name in self._tools:
+            raise ValueError(f"tool {spec.name!r} is already registered")
+        self._catalogue = CodeCatalogue((*self._catalogue, *spec.codes))
+        self._tools[spec.name] = spec
+
+    def get(self, name: str) -> ToolSpec[Any] | None:
+        return self._tools.get(name)
+
+    def __iter__(self) -> Iterator[ToolSpec[Any]]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    @property
+    def catalogue(self) -> CodeCatalogue:
+        return self._catalogue

@@ -1,0 +1,181 @@
+"""The order tools, declared once: arguments, business check, handler and flags.
+
+The declarations take an OrderBook, so the very same tools run on the database in the service and
+on an in-memory book in the core's tests and benchmark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dispatch.pipeline.codes import Code
+from dispatch.pipeline.tools import (
+    CheckContext,
+    ExecutionContext,
+    Refused,
+    Rejection,
+    Risk,
+    ToolSpec,
+)
+from orders.book import OrderBook, OrderView, RefundRefused
+
+CURRENCIES = ("BRL", "USD", "EUR")
+REFUND_REASONS = ("damaged", "not_delivered", "customer_request")
+ORDER_ID_PATTERN = r"^ORD-[0-9]{1,12}$"
+MAX_REFUND_CENTS = 100_000_000
+
+ORDER_NOT_FOUND = Code(
+    "ORDER_NOT_FOUND",
+    5,
+    "No order with that id exists for this customer; ids must come from the user, not be guessed.",
+    True,
+    False,
+)
+CURRENCY_MISMATCH = Code(
+    "CURRENCY_MISMATCH",
+    5,
+    "The currency differs from the order's; refunds are made in the order's own currency.",
+    True,
+    False,
+)
+AMOUNT_EXCEEDS_REFUNDABLE = Code(
+    "AMOUNT_EXCEEDS_REFUNDABLE",
+    5,
+    "The amount is more than what is still refundable on the order.",
+    True,
+    False,
+)
+
+ORDER_ID_DESCRIPTION = "the order's id as the user gave it: ORD- and ASCII digits, such as ORD-1001"
+
+
+class GetOrderArguments(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, title="get_order")
+
+    order_id: str = Field(pattern=ORDER_ID_PATTERN, max_length=16, description=ORDER_ID_DESCRIPTION)
+
+
+class RefundOrderArguments(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, title="refund_order")
+
+    order_id: str = Field(pattern=ORDER_ID_PATTERN, max_length=16, description=ORDER_ID_DESCRIPTION)
+    amount_cents: int = Field(
+        ge=1,
+        le=MAX_REFUND_CENTS,
+        description="amount in minor units of the order's currency, as an integer: 25.90 is 2590",
+    )
+    currency: Literal["BRL", "USD", "EUR"] = Field(
+        description="the order's own currency, one of BRL, USD, EUR (never converted)"
+    )
+    reason: Literal["damaged", "not_delivered", "customer_request"] = Field(
+        description="why the customer is refunded: damaged, not_delivered or customer_request"
+    )
+
+
+def order_as_data(order: OrderView) -> dict[str, Any]:
+    return {
+        "order_id": order.order_id,
+        "total_cents": order.total_cents,
+        "currency": order.currency,
+        "refunded_cents": order.refunded_cents,
+        "refundable_cents": order.refundable_cents,
+    }
+
+
+def _not_found(order_id: str) -> Rejection:
+    return Rejection(
+        ORDER_NOT_FOUND,
+        f"order_id: no order {order_id} exists for this customer "
+        "(use only an id the user gave you; ask them to check it)",
+    )
+
+
+def _refused(exc: RefundRefused, arguments: RefundOrderArguments) -> Rejection:
+    order = exc.order
+    if exc.reason == RefundRefused.CURRENCY_MISMATCH and order is not None:
+        return Rejection(
+            CURRENCY_MISMATCH,
+            f"currency: order {order.order_id} is in {order.currency}, not {arguments.currency} "
+            f"(send the amount in {order.currency} minor units; never convert it yourself)",
+            {"order_currency": order.currency},
+        )
+    if exc.reason == RefundRefused.EXCEEDS_REFUNDABLE and order is not None:
+        return Rejection(
+            AMOUNT_EXCEEDS_REFUNDABLE,
+            f"amount_cents: {arguments.amount_cents} is more than the {order.refundable_cents} "
+            f"still refundable on order {order.order_id} (total {order.total_cents}, already "
+            f"refunded {order.refunded_cents})",
+            {"refundable_cents": order.refundable_cents},
+        )
+    return _not_found(arguments.order_id)
+
+
+def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
+    def get_order(arguments: GetOrderArguments, context: ExecutionContext) -> Mapping[str, Any]:
+        order = book.find(customer_id=context.customer_id, order_id=arguments.order_id)
+        if order is None:
+            raise Refused(_not_found(arguments.order_id))
+        return order_as_data(order)
+
+    def check_refund(arguments: RefundOrderArguments, context: CheckContext) -> Rejection | None:
+        order = book.find(customer_id=context.customer_id, order_id=arguments.order_id)
+        if order is None:
+            return _not_found(arguments.order_id)
+        if order.currency != arguments.currency:
+            return _refused(RefundRefused(RefundRefused.CURRENCY_MISMATCH, order), arguments)
+        if arguments.amount_cents > order.refundable_cents:
+            return _refused(RefundRefused(RefundRefused.EXCEEDS_REFUNDABLE, order), arguments)
+        return None
+
+    def refund_order(
+        arguments: RefundOrderArguments, context: ExecutionContext
+    ) -> Mapping[str, Any]:
+        try:
+            receipt = book.refund(
+                customer_id=context.customer_id,
+                order_id=arguments.order_id,
+                amount_cents=arguments.amount_cents,
+                currency=arguments.currency,
+                reason=arguments.reason,
+                key=context.idempotency_key,
+                approved_by=", ".join(context.approved_by) or "policy",
+            )
+        except RefundRefused as exc:
+            # The live state changed between the check and the effect (a concurrent refund).
+            raise Refused(_refused(exc, arguments)) from None
+        return {
+            "refund_id": receipt.refund_id,
+            "order_id": receipt.order_id,
+            "amount_cents": receipt.amount_cents,
+            "currency": receipt.currency,
+            "refunded_cents": receipt.refunded_cents,
+            "refundable_cents": receipt.total_cents - receipt.refunded_cents,
+        }
+
+    return (
+        ToolSpec(
+            name="get_order",
+            label="Get order",
+            description="Look up one of the customer's orders: total, currency and what is "
+            "already refunded. Read-only.",
+            arguments=GetOrderArguments,
+            handler=get_order,
+            codes=(ORDER_NOT_FOUND,),
+        ),
+        ToolSpec(
+            name="refund_order",
+            label="Refund order",
+            description="Refund part or all of one of the customer's orders, in the order's "
+            "currency. Moves money; may be held for a human to approve.",
+            arguments=RefundOrderArguments,
+            check=check_refund,
+            handler=refund_order,
+            writes=True,
+            risk=Risk.HIGH,
+            amount_field="amount_cents",
+            codes=(ORDER_NOT_FOUND, CURRENCY_MISMATCH, AMOUNT_EXCEEDS_REFUNDABLE),
+        ),
+    )

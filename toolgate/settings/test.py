@@ -1,0 +1,15 @@
+from toolgate.settings.base import *  # noqa: F403
+from toolgate.settings.base import REST_FRAMEWORK, env
+
+DEBUG = False
+SECRET_KEY = env("SECRET_KEY", default="django-insecure-test-only-never-in-production")
+ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]
+
+# Hashing cost matters only against stolen hashes; tests need speed.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Throttling is tested on purpose with its own rate, never by accident.
+REST_FRAMEWORK = {
+    **REST_FRAMEWORK,
+    "DEFAULT_THROTTLE_RATES": {"agent": env("AGENT_THROTTLE_RATE", default="1000000/min")},
+}
