@@ -1,0 +1,159 @@
+"""Agents and their policies, sessions, idempotency records and the audit trail."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MinValueValidator
+from django.db import models
+
+from dispatch.pipeline.policy import Policy as PolicySnapshot
+
+
+class Agent(models.Model):
+    """An agent host. Its token is shown once, at creation, and kept only as a SHA-256 hash."""
+
+    name = models.CharField(max_length=100, unique=True)
+    # The token's first characters, to tell tokens apart in the admin without storing them.
+    token_prefix = models.CharField(max_length=12)
+    # Tokens are 256-bit random strings, so a fast hash is as strong as a slow one here.
+    token_hash = models.CharField(max_length=64, unique=True)
+    is_active = models.BooleanField(default=True)
+    current_policy = models.ForeignKey(
+        "dispatch.Policy",
+        on_delete=models.PROTECT,
+        related_name="+",
+        null=True,
+        blank=True,
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_authenticated(self) -> bool:
+        # DRF's IsAuthenticated asks this of request.user; an agent that authenticated is one.
+        return True
+
+
+class Policy(models.Model):
+    """One version of an agent's policy. Versions are never edited: a change is a new version."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="policies")
+    version = models.PositiveIntegerField()
+    allowed_tools = models.JSONField(default=list)
+    max_amount_cents = models.PositiveBigIntegerField()
+    auto_approve_below_cents = models.PositiveBigIntegerField(default=0)
+    two_reviewers_from_cents = models.PositiveBigIntegerField(null=True, blank=True)
+    step_budget = models.PositiveIntegerField(default=50, validators=[MinValueValidator(1)])
+    repeat_limit = models.PositiveIntegerField(default=3, validators=[MinValueValidator(1)])
+    confirmation_ttl_seconds = models.PositiveIntegerField(
+        default=24 * 3600, validators=[MinValueValidator(60)]
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["agent", "-version"]
+        verbose_name_plural = "policies"
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "version"], name="policy_version_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} v{self.version}"
+
+    def snapshot(self) -> PolicySnapshot:
+        return PolicySnapshot(
+            version=self.version,
+            allowed_tools=frozenset(self.allowed_tools),
+            max_amount_cents=self.max_amount_cents,
+            auto_approve_below_cents=self.auto_approve_below_cents,
+            two_reviewers_from_cents=self.two_reviewers_from_cents,
+            step_budget=self.step_budget,
+            repeat_limit=self.repeat_limit,
+            confirmation_ttl_seconds=self.confirmation_ttl_seconds,
+        )
+
+
+class Session(models.Model):
+    """A conversation of an agent, bound on its first call to the customer the host vouched for."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="sessions")
+    session_id = models.CharField(max_length=128)
+    customer_id = models.CharField(max_length=64)
+    steps = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_call_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "session_id"], name="session_per_agent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} ({self.customer_id})"
+
+
+class IdempotencyStatus(models.TextChoices):
+    IN_PROGRESS = "in_progress"
+    OPEN = "open"
+    COMPLETED = "completed"
+    HELD = "held"
+    UNKNOWN = "unknown"
+
+
+class IdempotencyRecord(models.Model):
+    """One per idempotency key: how often it was sent, where it stands, what to replay."""
+
+    key = models.CharField(max_length=64, primary_key=True)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    session_id = models.CharField(max_length=128)
+    tool = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=IdempotencyStatus.choices)
+    attempts = models.PositiveIntegerField(default=0)
+    result = models.JSONField(null=True, blank=True)
+    confirmation_id = models.CharField(max_length=32, blank=True, default="")
+    confirmation_expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.tool} {self.key[:12]} {self.status}"
+
+
+class AuditRecord(models.Model):
+    """One per call, append-only: on PostgreSQL a trigger refuses UPDATE and DELETE."""
+
+    call_id = models.CharField(max_length=32, unique=True)
+    at = models.DateTimeField(db_index=True)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="audit_records")
+    session_id = models.CharField(max_length=128)
+    customer_id = models.CharField(max_length=64)
+    step = models.PositiveIntegerField(null=True)
+    tool = models.CharField(max_length=128)
+    raw_arguments = models.TextField(blank=True)
+    arguments = models.JSONField(null=True, blank=True)
+    key = models.CharField(max_length=64, blank=True, default="")
+    ok = models.BooleanField()
+    code = models.CharField(max_length=64)
+    message = models.TextField(blank=True)
+    replayed = models.BooleanField(default=False)
+    confirmation_id = models.CharField(max_length=32, blank=True, default="")
+    policy_version = models.PositiveIntegerField()
+    duration_ms = models.FloatField()
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [
+            models.Index(fields=["agent", "session_id", "at"], name="audit_session_idx"),
+            models.Index(fields=["tool", "code"], name="audit_tool_code_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.call_id} {self.tool} {self.code}"

@@ -1,5 +1,21 @@
-from django.urls import URLPattern, URLResolver
+from django.urls import path
+
+from dispatch import apis
 
 app_name = "dispatch"
 
-urlpatterns: list[URLPattern | URLResolver] = []
+urlpatterns = [
+    path("calls", apis.CallCreateApi.as_view(), name="calls"),
+    path("tools", apis.ToolListApi.as_view(), name="tools"),
+    path("codes", apis.CodeListApi.as_view(), name="codes"),
+    path(
+        "sessions/<str:session_id>/calls",
+        apis.SessionCallsApi.as_view(),
+        name="session-calls",
+    ),
+    path(
+        "confirmations/<str:confirmation_id>",
+        apis.ConfirmationDetailApi.as_view(),
+        name="confirmation",
+    ),
+]

@@ -93,6 +93,8 @@ STORAGES: dict[str, dict[str, Any]] = {
 # Tool calls are small JSON bodies; a larger one is refused before it is parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=64 * 1024)
 TOOLGATE_MAX_BODY_BYTES = DATA_UPLOAD_MAX_MEMORY_SIZE
+# The model's arguments alone, within the body: what stage 2 of the pipeline accepts.
+TOOLGATE_MAX_ARGUMENT_BYTES = env.int("TOOLGATE_MAX_ARGUMENT_BYTES", default=8 * 1024)
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -104,6 +106,9 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
     "DEFAULT_THROTTLE_RATES": {"agent": env("AGENT_THROTTLE_RATE", default="6000/min")},
+    "EXCEPTION_HANDLER": "dispatch.errors.api_exception_handler",
+    # `?format=` names a tool format (PRODUCT.md), not a renderer.
+    "URL_FORMAT_OVERRIDE": None,
 }
 
 SPECTACULAR_SETTINGS = {
@@ -115,6 +120,8 @@ SPECTACULAR_SETTINGS = {
         "live state, held for a human where the risk calls for it, executed and recorded."
     ),
     "SERVE_INCLUDE_SCHEMA": False,
+    # 3.1 is JSON Schema proper, which is what the pydantic declarations produce.
+    "OAS_VERSION": "3.1.0",
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     # Served from the sidecar package, so the docs work without reaching a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -150,3 +157,7 @@ LOGGING = {
         "django.db.backends": {"handlers": ["console"], "level": "WARNING", "propagate": False},
     },
 }
+
+# The refund gateway's fault switch (orders.models.GatewayFault) costs a query per check, so
+# only environments that demonstrate failures read it.
+TOOLGATE_GATEWAY_FAULTS = env.bool("TOOLGATE_GATEWAY_FAULTS", default=True)

@@ -1,0 +1,211 @@
+"""The agent API v1: one view per operation, thin; the work is in services and selectors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from pydantic import ValidationError
+from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import ValidationError as DRFValidationError
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from dispatch import selectors
+from dispatch.authentication import AgentRateThrottle, AgentTokenAuthentication, IsAgent
+from dispatch.envelopes import (
+    CallEnvelope,
+    CallResultDoc,
+    CodeCatalogueDoc,
+    ConfirmationDoc,
+    ErrorEnvelope,
+    SessionCallsDoc,
+    ToolListDoc,
+)
+from dispatch.errors import MalformedEnvelope, PayloadTooLarge, SessionBoundElsewhere
+from dispatch.formats import FORMATS, tools_in_format
+from dispatch.models import Agent, AuditRecord
+from dispatch.pipeline import strictjson
+from dispatch.pipeline.messages import describe_validation_error
+from dispatch.pipeline.state import SessionConflict
+from dispatch.registry import tool_registry
+from dispatch.services import call_dispatch
+
+ERRORS = {
+    401: OpenApiResponse(ErrorEnvelope, description="missing or invalid token"),
+    403: OpenApiResponse(ErrorEnvelope, description="not an agent token"),
+    429: OpenApiResponse(ErrorEnvelope, description="throttled"),
+}
+
+
+class AgentApi(APIView):
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsAgent]
+    throttle_classes = [AgentRateThrottle]
+
+    def agent(self, request: Request) -> Agent:
+        assert isinstance(request.user, Agent)
+        return request.user
+
+
+class CallCreateApi(AgentApi):
+    @extend_schema(
+        operation_id="calls_create",
+        summary="Submit one raw tool call",
+        description=(
+            "Every pipeline outcome, rejections included, is a 200 whose body says `ok`. "
+            "Status codes other than 200 are about the envelope."
+        ),
+        request=CallEnvelope,
+        responses={
+            200: CallResultDoc,
+            400: OpenApiResponse(ErrorEnvelope, description="malformed envelope"),
+            409: OpenApiResponse(ErrorEnvelope, description="session bound to another customer"),
+            413: OpenApiResponse(ErrorEnvelope, description="body over the size limit"),
+            **ERRORS,
+        },
+    )
+    def post(self, request: Request) -> Response:
+        envelope = self._envelope(request)
+        try:
+            result = call_dispatch(
+                agent=self.agent(request),
+                session_id=envelope.session_id,
+                customer_id=envelope.customer_id,
+                tool=envelope.tool,
+                arguments=envelope.arguments,
+            )
+        except SessionConflict:
+            raise SessionBoundElsewhere() from None
+        return Response(result.as_dict())
+
+    def _envelope(self, request: Request) -> CallEnvelope:
+        limit = settings.TOOLGATE_MAX_BODY_BYTES
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            raise MalformedEnvelope("Content-Length is not a number.") from None
+        if declared > limit:
+            raise PayloadTooLarge(f"The body is {declared} bytes; the limit is {limit}.")
+        try:
+            body = request.body
+        except RequestDataTooBig:
+            raise PayloadTooLarge(f"The body is over the limit of {limit} bytes.") from None
+        if len(body) > limit:
+            raise PayloadTooLarge(f"The body is over the limit of {limit} bytes.")
+        try:
+            document = strictjson.loads(body.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise MalformedEnvelope("The body is not UTF-8.") from None
+        except strictjson.StrictJSONError as exc:
+            raise MalformedEnvelope(f"The body is not strict JSON: {exc}.") from None
+        if not isinstance(document, dict):
+            raise MalformedEnvelope(
+                "The body must be a JSON object with session_id, customer_id, tool and arguments."
+            )
+        try:
+            return CallEnvelope.model_validate(document, strict=True)
+        except ValidationError as exc:
+            raise MalformedEnvelope(describe_validation_error(CallEnvelope, exc)) from None
+
+
+class ToolListApi(AgentApi):
+    @extend_schema(
+        operation_id="tools_list",
+        summary="The tools this agent may call",
+        parameters=[
+            OpenApiParameter(
+                "format", str, enum=sorted(FORMATS), default="neutral", description="shape"
+            )
+        ],
+        responses={200: ToolListDoc, 400: ErrorEnvelope, **ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        shape = request.query_params.get("format", "neutral")
+        if shape not in FORMATS:
+            raise DRFValidationError(
+                {"format": f"must be one of {', '.join(sorted(FORMATS))}, not {shape[:32]!r}"}
+            )
+        specs = selectors.tools_for_agent(self.agent(request))
+        return Response({"format": shape, "tools": tools_in_format(specs, shape)})
+
+
+class CodeListApi(AgentApi):
+    @extend_schema(
+        operation_id="codes_list",
+        summary="The catalogue of result codes",
+        responses={200: CodeCatalogueDoc, **ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        return Response({"codes": [code.as_dict() for code in tool_registry.catalogue]})
+
+
+class SessionCallsPagination(LimitOffsetPagination):
+    default_limit = 100
+    max_limit = 500
+
+
+def _call_as_dict(record: AuditRecord) -> dict[str, Any]:
+    return {
+        "call_id": record.call_id,
+        "at": record.at.isoformat(),
+        "step": record.step,
+        "tool": record.tool,
+        "ok": record.ok,
+        "code": record.code,
+        "message": record.message,
+        "replayed": record.replayed,
+        "arguments": record.arguments,
+        "confirmation_id": record.confirmation_id or None,
+        "duration_ms": round(record.duration_ms, 3),
+    }
+
+
+class SessionCallsApi(AgentApi):
+    @extend_schema(
+        operation_id="session_calls_list",
+        summary="This agent's calls in one session, in order",
+        parameters=[
+            OpenApiParameter("limit", int, description="page size (default 100, at most 500)"),
+            OpenApiParameter("offset", int, description="calls to skip"),
+        ],
+        responses={200: SessionCallsDoc, 404: ErrorEnvelope, **ERRORS},
+    )
+    def get(self, request: Request, session_id: str) -> Response:
+        agent = self.agent(request)
+        session = selectors.session_get(agent=agent, session_id=session_id)
+        if session is None:
+            raise NotFound("This agent has no session with that id.")
+        paginator = SessionCallsPagination()
+        page = paginator.paginate_queryset(
+            selectors.session_calls(agent=agent, session_id=session_id), request, view=self
+        )
+        return Response(
+            {
+                "session_id": session.session_id,
+                "customer_id": session.customer_id,
+                "count": paginator.count,
+                "next": paginator.get_next_link(),
+                "previous": paginator.get_previous_link(),
+                "results": [_call_as_dict(record) for record in page or []],
+            }
+        )
+
+
+class ConfirmationDetailApi(AgentApi):
+    @extend_schema(
+        operation_id="confirmations_retrieve",
+        summary="The state of a held call of this agent, and its final result",
+        responses={200: ConfirmationDoc, 404: ErrorEnvelope, **ERRORS},
+    )
+    def get(self, request: Request, confirmation_id: str) -> Response:
+        confirmation = selectors.confirmation_get(
+            agent=self.agent(request), confirmation_id=confirmation_id
+        )
+        if confirmation is None:
+            raise NotFound("This agent has no confirmation with that id.")
+        return Response(selectors.confirmation_state(confirmation))

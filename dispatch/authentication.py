@@ -1,0 +1,66 @@
+"""Agent hosts authenticate with `Authorization: Token <token>`; the token maps to one agent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.views import APIView
+
+from dispatch.models import Agent
+from dispatch.services import agent_authenticate
+
+
+class AgentTokenAuthentication(BaseAuthentication):
+    keyword = b"token"
+
+    def authenticate(self, request: Request) -> tuple[Agent, str] | None:
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != self.keyword:
+            return None
+        if len(parts) != 2:
+            raise AuthenticationFailed("The Authorization header must be 'Token <token>'.")
+        try:
+            token = parts[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("Invalid token.") from None
+        agent = agent_authenticate(token)
+        if agent is None:
+            raise AuthenticationFailed("Invalid token, or the agent is disabled.")
+        return agent, token
+
+    def authenticate_header(self, request: Request) -> str:
+        # Makes DRF answer 401 (not 403) when the header is missing.
+        return "Token"
+
+
+class IsAgent(BasePermission):
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return isinstance(request.user, Agent)
+
+
+class AgentRateThrottle(SimpleRateThrottle):
+    scope = "agent"
+
+    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+        if not isinstance(request.user, Agent):
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
+
+
+class AgentTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    target_class = AgentTokenAuthentication
+    name = "AgentToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "`Token <token>`: the token printed once by `create_agent`.",
+        }

@@ -1,0 +1,127 @@
+"""The API's request and response shapes, validated strictly and documented from one place."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dispatch.pipeline.results import CallResult
+
+SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
+
+
+class CallEnvelope(BaseModel):
+    """POST /api/v1/calls: one raw tool call as the model produced it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="CallRequest")
+
+    session_id: str = Field(
+        pattern=SESSION_ID_PATTERN,
+        description="the agent host's conversation id (ASCII letters, digits, . _ : -)",
+    )
+    customer_id: str = Field(
+        pattern=CUSTOMER_ID_PATTERN,
+        description="the customer the agent host authenticated; the session is bound to it",
+    )
+    tool: str = Field(min_length=1, max_length=128, description="the tool name the model chose")
+    arguments: Any = Field(
+        description="the model's raw argument text (a string) or a JSON object",
+        json_schema_extra={"oneOf": [{"type": "string"}, {"type": "object"}]},
+    )
+
+
+class CallResultDoc(BaseModel):
+    """The result contract (documentation of dispatch.pipeline.results.CallResult)."""
+
+    model_config = ConfigDict(title="CallResult")
+
+    call_id: str
+    ok: bool
+    tool: str
+    code: str = Field(description="stable result code; see GET /api/v1/codes")
+    message: str = Field(description="for the model: the field, the problem and the fix")
+    data: dict[str, Any]
+    replayed: bool = Field(description="an identical earlier call's result, not executed again")
+    retryable: bool = Field(description="whether sending the same call again can help")
+    model_text: str = Field(description="compact text to hand back to the model")
+
+
+class ErrorBody(BaseModel):
+    status: int
+    code: str
+    message: str
+
+
+class ErrorEnvelope(BaseModel):
+    """Every 4xx answer of the API."""
+
+    model_config = ConfigDict(title="Error")
+
+    error: ErrorBody
+
+
+class CodeDoc(BaseModel):
+    code: str
+    stage: int
+    meaning: str
+    model_fixable: bool
+    retryable: bool
+
+
+class CodeCatalogueDoc(BaseModel):
+    model_config = ConfigDict(title="CodeCatalogue")
+
+    codes: list[CodeDoc]
+
+
+class ToolListDoc(BaseModel):
+    model_config = ConfigDict(title="ToolList")
+
+    format: str
+    tools: list[dict[str, Any]]
+
+
+class ConfirmationDoc(BaseModel):
+    model_config = ConfigDict(title="Confirmation")
+
+    confirmation_id: str
+    status: str
+    tool: str
+    arguments: dict[str, Any]
+    reviewers_required: int
+    policy_version: int
+    created_at: str
+    expires_at: str
+    decided_at: str | None
+    result: dict[str, Any] | None = Field(description="the final result contract, once decided")
+
+
+class SessionCallDoc(BaseModel):
+    call_id: str
+    at: str
+    step: int | None
+    tool: str
+    ok: bool
+    code: str
+    message: str
+    replayed: bool
+    arguments: dict[str, Any] | None
+    confirmation_id: str | None
+    duration_ms: float
+
+
+class SessionCallsDoc(BaseModel):
+    model_config = ConfigDict(title="SessionCalls")
+
+    session_id: str
+    customer_id: str
+    count: int
+    next: str | None
+    previous: str | None
+    results: list[SessionCallDoc]
+
+
+RESULT_FIELDS = tuple(f.name for f in fields(CallResult))

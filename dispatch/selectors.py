@@ -1,0 +1,49 @@
+"""Reads that take more than one line: what an agent may see of its own calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from approvals.models import Confirmation, ConfirmationStatus
+from dispatch.models import Agent, AuditRecord, Session
+from dispatch.pipeline.tools import ToolSpec
+from dispatch.registry import tool_registry
+
+
+def tools_for_agent(agent: Agent) -> list[ToolSpec[Any]]:
+    allowed = set(agent.current_policy.allowed_tools) if agent.current_policy else set()
+    return [spec for spec in tool_registry if spec.name in allowed]
+
+
+def session_get(*, agent: Agent, session_id: str) -> Session | None:
+    return Session.objects.filter(agent=agent, session_id=session_id).first()
+
+
+def session_calls(*, agent: Agent, session_id: str) -> QuerySet[AuditRecord]:
+    return AuditRecord.objects.filter(agent=agent, session_id=session_id).order_by("at", "id")
+
+
+def confirmation_get(*, agent: Agent, confirmation_id: str) -> Confirmation | None:
+    """A confirmation of this agent's; another agent's is answered exactly like a missing one."""
+    return Confirmation.objects.filter(agent=agent, pk=confirmation_id).first()
+
+
+def confirmation_state(confirmation: Confirmation) -> dict[str, Any]:
+    status = confirmation.status
+    if status == ConfirmationStatus.PENDING and confirmation.expires_at <= timezone.now():
+        status = ConfirmationStatus.EXPIRED
+    return {
+        "confirmation_id": confirmation.id,
+        "status": status,
+        "tool": confirmation.tool,
+        "arguments": confirmation.arguments,
+        "reviewers_required": confirmation.reviewers_required,
+        "policy_version": confirmation.policy_version,
+        "created_at": confirmation.created_at.isoformat(),
+        "expires_at": confirmation.expires_at.isoformat(),
+        "decided_at": confirmation.decided_at.isoformat() if confirmation.decided_at else None,
+        "result": confirmation.result,
+    }

@@ -1,0 +1,124 @@
+"""What the API, the commands and the admin call to change dispatch state."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterable, Mapping
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from dispatch.models import Agent, Policy
+from dispatch.pipeline.engine import Limits, Pipeline
+from dispatch.pipeline.results import CallResult
+from dispatch.pipeline.tools import ToolCall
+from dispatch.registry import tool_registry
+from dispatch.store import OrmState
+
+TOKEN_PREFIX = "tg_"
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class UnknownTools(ValueError):
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = sorted(names)
+        super().__init__(f"unknown tools: {', '.join(self.names)}")
+
+
+@transaction.atomic
+def policy_create(
+    *,
+    agent: Agent,
+    allowed_tools: Iterable[str],
+    max_amount_cents: int,
+    auto_approve_below_cents: int = 0,
+    two_reviewers_from_cents: int | None = None,
+    step_budget: int = 50,
+    repeat_limit: int = 3,
+    confirmation_ttl_seconds: int = 24 * 3600,
+    created_by: User | None = None,
+) -> Policy:
+    """A new version of the agent's policy; earlier versions stay as they were."""
+    tools = sorted(set(allowed_tools))
+    unknown = [name for name in tools if tool_registry.get(name) is None]
+    if unknown:
+        raise UnknownTools(unknown)
+    # Locking the agent makes concurrent edits take consecutive versions.
+    locked = Agent.objects.select_for_update().get(pk=agent.pk)
+    latest = locked.policies.order_by("-version").values_list("version", flat=True).first()
+    policy = Policy.objects.create(
+        agent=locked,
+        version=(latest or 0) + 1,
+        allowed_tools=tools,
+        max_amount_cents=max_amount_cents,
+        auto_approve_below_cents=auto_approve_below_cents,
+        two_reviewers_from_cents=two_reviewers_from_cents,
+        step_budget=step_budget,
+        repeat_limit=repeat_limit,
+        confirmation_ttl_seconds=confirmation_ttl_seconds,
+        created_by=created_by,
+    )
+    locked.current_policy = policy
+    locked.save(update_fields=["current_policy"])
+    agent.current_policy = policy
+    return policy
+
+
+@transaction.atomic
+def agent_create(*, name: str, **policy: Any) -> tuple[Agent, str]:
+    """Create an agent with its first policy; returns the token, which is never stored."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    agent = Agent.objects.create(name=name, token_prefix=token[:10], token_hash=token_hash(token))
+    policy_create(agent=agent, **policy)
+    return agent, token
+
+
+def agent_authenticate(token: str) -> Agent | None:
+    return (
+        Agent.objects.select_related("current_policy")
+        .filter(token_hash=token_hash(token), is_active=True)
+        .first()
+    )
+
+
+@cache
+def _pipeline() -> Pipeline:
+    return Pipeline(
+        tool_registry,
+        OrmState(),
+        limits=Limits(max_argument_bytes=settings.TOOLGATE_MAX_ARGUMENT_BYTES),
+    )
+
+
+def call_dispatch(
+    *,
+    agent: Agent,
+    session_id: str,
+    customer_id: str,
+    tool: str,
+    arguments: str | Mapping[str, Any],
+) -> CallResult:
+    """Run one raw tool call through the pipeline; raises SessionConflict for a foreign session.
+
+    The whole call is one transaction: an identical call arriving meanwhile waits on the
+    idempotency record's row lock, then sees the committed outcome and is replayed.
+    """
+    policy = agent.current_policy
+    if policy is None:
+        raise ValueError(f"agent {agent.name} has no policy")
+    call = ToolCall(
+        agent_id=str(agent.pk),
+        session_id=session_id,
+        customer_id=customer_id,
+        tool=tool,
+        arguments=arguments,
+    )
+    with transaction.atomic():
+        return _pipeline().run(call, policy.snapshot())
