@@ -4,3 +4,12 @@ from django.apps import AppConfig
 class OrdersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "orders"
+
+    def ready(self) -> None:
+        # Imported here: the gateway imports models, which need the app registry ready.
+        from dispatch.registry import tool_registry
+        from orders.gateway import OrmOrderBook
+        from orders.tools import order_tools
+
+        for spec in order_tools(OrmOrderBook()):
+            tool_registry.register(spec)

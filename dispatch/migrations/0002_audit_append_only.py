@@ -27,7 +27,8 @@ DROP FUNCTION IF EXISTS dispatch_audit_append_only();
 def _run(sql: str):  # type: ignore[no-untyped-def]
     def apply(apps, schema_editor):  # type: ignore[no-untyped-def]
         if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(sql)
+            # No parameters: psycopg would read the `%` of RAISE EXCEPTION as a placeholder.
+            schema_editor.execute(sql, params=None)
 
     return apply
 
