@@ -94,8 +94,7 @@ class Harness:
         return self.book.orders[order_id].refunded_cents
 
 
-@pytest.fixture
-def harness() -> Harness:
+def build_harness() -> Harness:
     book = InMemoryOrderBook()
     book.add("ORD-1001", "CUS-1", 12_000, "BRL")
     book.add("ORD-1002", "CUS-2", 4_500, "USD")
@@ -117,3 +116,8 @@ def harness() -> Harness:
         new_id=new_id,
     )
     return Harness(pipeline, state, book, clock, default_policy())
+
+
+@pytest.fixture
+def harness() -> Harness:
+    return build_harness()

@@ -11,7 +11,7 @@ from dispatch.pipeline import ToolRegistry
 from dispatch.pipeline.codes import CORE_CODES, CodeCatalogue
 from orders.book import InMemoryOrderBook
 from orders.tools import order_tools
-from tests.dispatch.pipeline.conftest import Harness
+from tests.dispatch.pipeline.conftest import Harness, build_harness
 
 RESULT_FIELDS = {
     "call_id",
@@ -98,9 +98,7 @@ json_values = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(raw=st.one_of(st.text(max_size=300), json_values.map(json.dumps)))
 def test_no_raw_text_makes_it_raise_or_refund_unless_it_is_a_valid_call(raw: str) -> None:
-    from tests.dispatch.pipeline.conftest import harness as make_harness
-
-    harness: Harness = make_harness.__wrapped__()  # type: ignore[attr-defined]
+    harness = build_harness()
     result = harness.call("refund_order", raw)
 
     assert set(result.as_dict()) == RESULT_FIELDS
@@ -117,9 +115,7 @@ def test_no_raw_text_makes_it_raise_or_refund_unless_it_is_a_valid_call(raw: str
     order_id=st.sampled_from(["ORD-1001", "ORD-1002", "ORD-1001 ", "ord-1001", "ORD-01001"]),
 )
 def test_refunds_never_exceed_the_order_total(amount: object, currency: str, order_id: str) -> None:
-    from tests.dispatch.pipeline.conftest import harness as make_harness
-
-    harness: Harness = make_harness.__wrapped__()  # type: ignore[attr-defined]
+    harness = build_harness()
     arguments = {"order_id": order_id, "currency": currency, "reason": "damaged"}
     for _ in range(3):
         harness.call("refund_order", {**arguments, "amount_cents": amount})
