@@ -1,0 +1,45 @@
+"""The production settings pass Django's deployment checks, as the README promises."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_production_settings_pass_the_deploy_check() -> None:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "toolgate.settings.production",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+    }
+    completed = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+def test_production_settings_refuse_to_start_without_a_secret_key() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SECRET_KEY"}
+    env["DJANGO_SETTINGS_MODULE"] = "toolgate.settings.production"
+    completed = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert completed.returncode != 0
+    assert "SECRET_KEY" in completed.stderr
