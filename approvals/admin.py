@@ -1,0 +1,29 @@
+"""Confirmations, read-only: reviewers decide in their own queue, not in the admin."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from approvals.models import Confirmation
+from dispatch.admin import ReadOnlyAdmin
+
+
+@admin.register(Confirmation)
+class ConfirmationAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "tool",
+        "agent",
+        "customer_id",
+        "amount_cents",
+        "reviewers_required",
+        "status",
+        "created_at",
+        "expires_at",
+        "decided_at",
+    )
+    list_filter = ("status", "tool", "reviewers_required", "agent")
+    list_select_related = ("agent",)
+    search_fields = ("id", "session_id", "customer_id", "key")
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from rest_framework.exceptions import NotFound
 from rest_framework.exceptions import ValidationError as DRFValidationError
 from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -46,6 +47,9 @@ class AgentApi(APIView):
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsAgent]
     throttle_classes = [AgentRateThrottle]
+    # Bodies are read as strict JSON by the views themselves; this keeps the schema from
+    # offering form encodings that would only be refused.
+    parser_classes = [JSONParser]
 
     def agent(self, request: Request) -> Agent:
         assert isinstance(request.user, Agent)

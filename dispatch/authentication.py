@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
@@ -40,12 +41,20 @@ class AgentTokenAuthentication(BaseAuthentication):
 
 
 class IsAgent(BasePermission):
+    # An agent made outside agent_create may have no policy yet, and without one it may do nothing.
+    message = "This agent has no policy yet; an operator must give it one."
+
     def has_permission(self, request: Request, view: APIView) -> bool:
-        return isinstance(request.user, Agent)
+        return isinstance(request.user, Agent) and request.user.current_policy_id is not None
 
 
 class AgentRateThrottle(SimpleRateThrottle):
     scope = "agent"
+
+    def get_rate(self) -> str:
+        # Read on every request, not once at import as DRF's rates are, so that a changed setting
+        # (an override in a test, say) applies to the very next request.
+        return str(settings.TOOLGATE_AGENT_THROTTLE_RATE)
 
     def get_cache_key(self, request: Request, view: APIView) -> str | None:
         if not isinstance(request.user, Agent):

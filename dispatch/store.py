@@ -2,9 +2,11 @@
 
 Every method runs inside the transaction that dispatch.services opens around a call, so a call's
 step, idempotency record, confirmation, ledger row and audit record commit together or not at all.
-Two statements are raw SQL (the same on PostgreSQL and SQLite, both of which have ON CONFLICT and
-RETURNING): counting a step and claiming a key each take one round trip, on the hot path of every
-call.
+The statements on the hot path of every call are raw SQL (the same on PostgreSQL and SQLite, both
+of which have ON CONFLICT and RETURNING), one round trip each and no ORM query compiled per call:
+counting a step (two on a session's first call), claiming a key (a new key of a write is claimed
+and owned in the same statement), settling it, and appending the audit record. Benchmark (b) in
+docs/benchmarks.md is why: under load a call's cost is mostly its round trips and ORM overhead.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.utils.dateparse import parse_datetime
 
 from approvals.models import Confirmation
@@ -37,14 +39,35 @@ _STEP_SQL = f"""
     RETURNING steps
 """
 
+# A session's first call: the session is bound to its customer (or was, meanwhile, by a twin).
+_NEW_SESSION_SQL = f"""
+    INSERT INTO {_SESSION} (agent_id, session_id, customer_id, steps, created_at, last_call_at)
+    VALUES (%s, %s, %s, 1, %s, %s)
+    ON CONFLICT (agent_id, session_id) DO NOTHING
+    RETURNING steps
+"""
+
+# A new key is inserted in the status the decision table gives it (a write's is in progress at
+# once); an existing one is counted and returned for the decision.
 _CLAIM_SQL = f"""
     INSERT INTO {_RECORD}
-        (key, agent_id, session_id, tool, status, attempts, created_at, updated_at)
-    VALUES (%s, %s, %s, %s, 'open', %s, %s, %s)
+        (key, agent_id, session_id, tool, status, attempts, confirmation_id, created_at, updated_at)
+    VALUES (%s, %s, %s, %s, %s, %s, '', %s, %s)
     ON CONFLICT (key) DO UPDATE
         SET attempts = {_RECORD}.attempts + %s, updated_at = excluded.updated_at
-    RETURNING status, attempts, result, confirmation_id, confirmation_expires_at
+    RETURNING status, attempts, result, confirmation_id, confirmation_expires_at, created_at
 """
+
+_SETTLE_SQL = f"UPDATE {_RECORD} SET status = %s, result = %s, updated_at = %s WHERE key = %s"
+_RESULT_FIELD = IdempotencyRecord._meta.get_field("result")
+
+# Every column but the id, taken from the model: a field added to it fails here, loudly.
+_AUDIT_FIELDS = [field for field in AuditRecord._meta.concrete_fields if not field.primary_key]
+_AUDIT_SQL = (
+    f"INSERT INTO {AuditRecord._meta.db_table} "
+    f"({', '.join(connection.ops.quote_name(str(field.column)) for field in _AUDIT_FIELDS)}) "
+    f"VALUES ({', '.join(['%s'] * len(_AUDIT_FIELDS))})"
+)
 
 
 def _db_now(now: datetime) -> Any:
@@ -74,20 +97,13 @@ class OrmState:
             row = cursor.fetchone()
             if row is not None:
                 return int(row[0])
-            try:
-                with transaction.atomic():
-                    Session.objects.create(
-                        agent_id=int(agent_id),
-                        session_id=session_id,
-                        customer_id=customer_id,
-                        steps=1,
-                        last_call_at=now,
-                    )
+            stamp = params[0]
+            cursor.execute(_NEW_SESSION_SQL, [int(agent_id), session_id, customer_id, stamp, stamp])
+            if cursor.fetchone() is not None:
                 return 1
-            except IntegrityError:
-                # Created meanwhile: by a twin call for the same customer, or for another one.
-                cursor.execute(_STEP_SQL, params)
-                row = cursor.fetchone()
+            # Created meanwhile: by a twin call for the same customer, or for another one.
+            cursor.execute(_STEP_SQL, params)
+            row = cursor.fetchone()
         if row is None:
             raise SessionConflict(session_id)
         return int(row[0])
@@ -106,14 +122,43 @@ class OrmState:
     ) -> Claim:
         increment = 1 if count else 0
         stamp = _db_now(now)
+        # What the decision table makes of a key seen for the first time.
+        first_verdict, first_status = decide_claim(
+            status=KeyStatus.OPEN,
+            attempts=increment,
+            repeat_limit=repeat_limit,
+            exclusive=exclusive,
+            confirmation_live=False,
+        )
         with connection.cursor() as cursor:
             while True:
                 cursor.execute(
                     _CLAIM_SQL,
-                    [key, int(agent_id), session_id, tool, increment, stamp, stamp, increment],
+                    [
+                        key,
+                        int(agent_id),
+                        session_id,
+                        tool,
+                        first_status.value,
+                        increment,
+                        stamp,
+                        stamp,
+                        increment,
+                    ],
                 )
-                status_text, attempts, result, confirmation_id, expires_at = cursor.fetchone()
+                status_text, attempts, result, confirmation_id, expires_at, created_at = (
+                    cursor.fetchone()
+                )
                 status = KeyStatus(status_text)
+                if (
+                    count
+                    and attempts == increment
+                    and status is first_status
+                    and _as_datetime(created_at) == now
+                ):
+                    # Inserted by this very statement (an existing key would count 2 or more):
+                    # already in the status its decision gives it, so no compare-and-set.
+                    return Claim(verdict=first_verdict, attempts=attempts, previous=KeyStatus.OPEN)
                 expiry = _as_datetime(expires_at)
                 verdict, new_status = decide_claim(
                     status=status,
@@ -147,9 +192,16 @@ class OrmState:
     def settle(
         self, *, key: str, status: KeyStatus, result: Mapping[str, Any] | None = None
     ) -> None:
-        IdempotencyRecord.objects.filter(key=key).update(
-            status=status.value, result=result, updated_at=datetime.now(UTC)
-        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _SETTLE_SQL,
+                [
+                    status.value,
+                    _RESULT_FIELD.get_db_prep_save(result, connection),
+                    _db_now(datetime.now(UTC)),
+                    key,
+                ],
+            )
 
     def hold(self, confirmation: PendingConfirmation) -> None:
         with transaction.atomic():
@@ -176,25 +228,37 @@ class OrmState:
             )
 
     def record(self, entry: AuditEntry) -> None:
-        AuditRecord.objects.create(
-            call_id=entry.call_id,
-            at=entry.at,
-            agent_id=int(entry.agent_id),
-            session_id=entry.session_id,
-            customer_id=entry.customer_id,
-            step=entry.step,
-            tool=entry.tool[:128],
-            raw_arguments=entry.raw_arguments,
-            arguments=dict(entry.arguments) if entry.arguments is not None else None,
-            key=entry.key or "",
-            ok=entry.ok,
-            code=entry.code,
-            message=entry.message,
-            replayed=entry.replayed,
-            confirmation_id=entry.confirmation_id or "",
-            policy_version=entry.policy_version,
-            duration_ms=entry.duration_ms,
-        )
+        values = {
+            "call_id": entry.call_id,
+            "at": entry.at,
+            "agent_id": int(entry.agent_id),
+            "session_id": entry.session_id,
+            "customer_id": entry.customer_id,
+            "step": entry.step,
+            "tool": _storable(entry.tool[:128]),
+            "raw_arguments": _storable(entry.raw_arguments),
+            "arguments": dict(entry.arguments) if entry.arguments is not None else None,
+            "key": entry.key or "",
+            "ok": entry.ok,
+            "code": entry.code,
+            "message": _storable(entry.message),
+            "replayed": entry.replayed,
+            "confirmation_id": entry.confirmation_id or "",
+            "policy_version": entry.policy_version,
+            "duration_ms": entry.duration_ms,
+        }
+        # Each value prepared by its field, as the ORM's insert would (JSON, datetimes).
+        params = [
+            field.get_db_prep_save(values[field.attname], connection) for field in _AUDIT_FIELDS
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(_AUDIT_SQL, params)
+
+
+def _storable(text: str) -> str:
+    # PostgreSQL text cannot hold NUL, and a model can send one in a tool name, in raw arguments
+    # or in a field name that a message repeats: the audit keeps it visible, escaped as in JSON.
+    return text.replace("\x00", "\\u0000")
 
 
 def _pending(confirmation_id: str) -> PendingConfirmation | None:

@@ -1,1 +1,192 @@
-"""Shared pytest fixtures for the whole suite."""
+"""Shared pytest fixtures for the whole suite.
+
+The API is tested as an agent host uses it: real HTTP against pytest-django's live server, with
+a token from `agent_create`. `ledger` reads the refund ledger, the side effect that matters.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import requests
+from django.core.cache import cache
+from django.db.models import Sum
+from pytest_django.live_server_helper import LiveServer
+
+from dispatch.models import Agent
+from dispatch.services import agent_create
+from orders.models import Order, Refund
+from tests.factories import OrderFactory
+
+# A policy under which a refund of 1000 runs at once, 5000 or more is held, 20000 needs two.
+DEFAULT_POLICY: dict[str, Any] = {
+    "allowed_tools": ["get_order", "refund_order"],
+    "max_amount_cents": 50_000,
+    "auto_approve_below_cents": 5_000,
+    "two_reviewers_from_cents": 20_000,
+    "step_budget": 20,
+    "repeat_limit": 3,
+    "confirmation_ttl_seconds": 3600,
+}
+
+_agent_names = itertools.count(1)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> Iterator[None]:
+    # The throttle counts requests in the cache: one test's requests must not count in the next.
+    cache.clear()
+    yield
+    cache.clear()
+
+
+MakeAgent = Callable[..., tuple[Agent, str]]
+
+
+@pytest.fixture
+def make_agent(db: None) -> MakeAgent:
+    """An agent with DEFAULT_POLICY, any field overridden; returns (agent, token)."""
+
+    def make(name: str | None = None, **policy: Any) -> tuple[Agent, str]:
+        return agent_create(
+            name=name or f"agent-{next(_agent_names)}", **{**DEFAULT_POLICY, **policy}
+        )
+
+    return make
+
+
+@dataclass
+class AgentClient:
+    """An agent host on real HTTP: one requests.Session, its token in every request."""
+
+    base_url: str
+    token: str | None
+    http: requests.Session = field(default_factory=requests.Session)
+
+    def headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if self.token is not None:
+            headers["Authorization"] = f"Token {self.token}"
+        headers.update(extra or {})
+        return headers
+
+    def post_body(
+        self, body: bytes | str, *, headers: Mapping[str, str] | None = None
+    ) -> requests.Response:
+        return self.http.post(
+            f"{self.base_url}/api/v1/calls", data=body, headers=self.headers(headers), timeout=60
+        )
+
+    def post_call(
+        self,
+        tool: str,
+        arguments: Any,
+        *,
+        session: str = "s-1",
+        customer: str = "CUS-1",
+    ) -> requests.Response:
+        envelope = {
+            "session_id": session,
+            "customer_id": customer,
+            "tool": tool,
+            "arguments": arguments,
+        }
+        return self.post_body(json.dumps(envelope))
+
+    def call(self, tool: str, arguments: Any, **envelope: str) -> dict[str, Any]:
+        """A call that reaches the pipeline: always a 200 with the result contract."""
+        response = self.post_call(tool, arguments, **envelope)
+        assert response.status_code == 200, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    def refund(
+        self,
+        amount_cents: Any = 1000,
+        *,
+        order_id: str = "ORD-1001",
+        currency: str = "BRL",
+        reason: str = "damaged",
+        raw: bool = True,
+        **envelope: str,
+    ) -> dict[str, Any]:
+        arguments = {
+            "order_id": order_id,
+            "amount_cents": amount_cents,
+            "currency": currency,
+            "reason": reason,
+        }
+        return self.call("refund_order", json.dumps(arguments) if raw else arguments, **envelope)
+
+    def get(self, path: str, **params: Any) -> requests.Response:
+        return self.http.get(
+            f"{self.base_url}{path}", params=params, headers=self.headers(), timeout=60
+        )
+
+
+ClientFor = Callable[[str | None], AgentClient]
+
+
+@pytest.fixture
+def client_for(live_server: LiveServer) -> Iterator[ClientFor]:
+    """A client of the live server with the given token (None sends no Authorization)."""
+    clients: list[AgentClient] = []
+
+    def make(token: str | None) -> AgentClient:
+        client = AgentClient(live_server.url, token)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.http.close()
+
+
+@pytest.fixture
+def agent(make_agent: MakeAgent) -> tuple[Agent, str]:
+    return make_agent()
+
+
+@pytest.fixture
+def api(client_for: ClientFor, agent: tuple[Agent, str]) -> AgentClient:
+    """The default agent's client."""
+    return client_for(agent[1])
+
+
+@pytest.fixture
+def orders(db: None) -> dict[str, Order]:
+    """ORD-1001 of CUS-1 (12000 BRL) and ORD-1002 of CUS-2 (4500 USD)."""
+    return {
+        "ORD-1001": OrderFactory.create(
+            order_id="ORD-1001", customer_id="CUS-1", total_cents=12_000
+        ),
+        "ORD-1002": OrderFactory.create(
+            order_id="ORD-1002", customer_id="CUS-2", total_cents=4_500, currency="USD"
+        ),
+    }
+
+
+class Ledger:
+    """The refund ledger of one order; every read also checks the invariant."""
+
+    def state(self, order_id: str = "ORD-1001") -> tuple[int, int]:
+        """(ledger rows, refunded_cents) of the order."""
+        order = Order.objects.get(order_id=order_id)
+        rows = Refund.objects.filter(order=order)
+        total = rows.aggregate(total=Sum("amount_cents"))["total"] or 0
+        assert total == order.refunded_cents <= order.total_cents
+        return rows.count(), order.refunded_cents
+
+    def rows(self) -> int:
+        """Ledger rows of every order."""
+        return Refund.objects.count()
+
+
+@pytest.fixture
+def ledger(db: None) -> Ledger:
+    return Ledger()

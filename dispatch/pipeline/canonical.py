@@ -11,9 +11,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+# json.dumps builds a new encoder on every call when given options; one shared encoder is the same.
+_encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
 
 def canonical_json(arguments: Mapping[str, Any]) -> str:
-    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _encoder.encode(arguments)
 
 
 def arguments_hash(canonical: str) -> str:

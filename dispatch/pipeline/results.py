@@ -50,8 +50,12 @@ class CallResult:
         )
 
 
+# One shared encoder: json.dumps would build a new one on every call.
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
 def compact_json(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    return _compact.encode(value)
 
 
 def model_text_for(
@@ -86,14 +90,15 @@ def make_result(
 ) -> CallResult:
     payload = dict(data) if data else {}
     is_retryable = code.retryable if retryable is None else retryable
+    # Positional, in field order: keywords would cost a dict on every call of the class.
     return CallResult(
-        call_id=call_id,
-        ok=code is OK,
-        tool=tool,
-        code=code.name,
-        message=message,
-        data=payload,
-        replayed=False,
-        retryable=is_retryable,
-        model_text=model_text_for(code, tool, message, payload, is_retryable),
+        call_id,
+        code is OK,
+        tool,
+        code.name,
+        message,
+        payload,
+        False,
+        is_retryable,
+        model_text_for(code, tool, message, payload, is_retryable),
     )

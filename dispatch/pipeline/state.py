@@ -64,6 +64,13 @@ class Claim:
     confirmation: PendingConfirmation | None = None
 
 
+# Python 3.11 runs EnumType.__getattr__ on every `Verdict.X`; decide_claim reads these instead.
+_KEY_OPEN, _KEY_COMPLETED = KeyStatus.OPEN, KeyStatus.COMPLETED
+_KEY_IN_PROGRESS, _KEY_HELD = KeyStatus.IN_PROGRESS, KeyStatus.HELD
+_OWNED, _PROCEED, _REPLAY = Verdict.OWNED, Verdict.PROCEED, Verdict.REPLAY
+_HELD, _IN_PROGRESS, _LOOP = Verdict.HELD, Verdict.IN_PROGRESS, Verdict.LOOP
+
+
 def decide_claim(
     *,
     status: KeyStatus | None,
@@ -73,18 +80,18 @@ def decide_claim(
     confirmation_live: bool,
 ) -> tuple[Verdict, KeyStatus]:
     """Given a key's record (attempts already counted), what this call may do and the new status."""
-    current = status or KeyStatus.OPEN
+    current = status or _KEY_OPEN
     if attempts > repeat_limit:
-        return Verdict.LOOP, current
+        return _LOOP, current
     if not exclusive:
-        return Verdict.PROCEED, current
-    if current is KeyStatus.COMPLETED:
-        return Verdict.REPLAY, current
-    if current is KeyStatus.IN_PROGRESS:
-        return Verdict.IN_PROGRESS, current
-    if current is KeyStatus.HELD and confirmation_live:
-        return Verdict.HELD, current
-    return Verdict.OWNED, KeyStatus.IN_PROGRESS
+        return _PROCEED, current
+    if current is _KEY_COMPLETED:
+        return _REPLAY, current
+    if current is _KEY_IN_PROGRESS:
+        return _IN_PROGRESS, current
+    if current is _KEY_HELD and confirmation_live:
+        return _HELD, current
+    return _OWNED, _KEY_IN_PROGRESS
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +150,7 @@ class StatePort(Protocol):
         ...
 
 
-@dataclass
+@dataclass(slots=True)
 class _KeyRecord:
     status: KeyStatus
     attempts: int = 0
@@ -200,13 +207,7 @@ class InMemoryState:
                 exclusive=exclusive,
                 confirmation_live=confirmation is not None and confirmation.expires_at > now,
             )
-            return Claim(
-                verdict=verdict,
-                attempts=record.attempts,
-                previous=previous,
-                result=record.result,
-                confirmation=confirmation,
-            )
+            return Claim(verdict, record.attempts, previous, record.result, confirmation)
 
     def settle(
         self, *, key: str, status: KeyStatus, result: Mapping[str, Any] | None = None

@@ -50,19 +50,31 @@ def check_value(value: Any, depth: int = 1) -> None:
         if not math.isfinite(value):
             raise StrictJSONError("a number is out of range")
     elif isinstance(value, dict):
+        # Strings and integers, the common items, are checked in place rather than by a call.
         for key, item in value.items():
             if not isinstance(key, str):
                 raise StrictJSONError("object keys must be strings")
-            _check_text(key)
-            if isinstance(item, (dict, list, str, float)):
+            if not key.isascii():
+                _check_text(key)
+            if isinstance(item, str) and depth < MAX_DEPTH:
+                if not item.isascii():
+                    _check_text(item)
+            elif item is None or isinstance(item, int):
+                pass
+            elif isinstance(item, (dict, list, str, float)):
                 check_value(item, depth + 1)
-            elif not (item is None or isinstance(item, (bool, int))):
+            else:
                 raise StrictJSONError(f"value of {key!r} is not a JSON value")
     elif isinstance(value, list):
         for item in value:
-            if isinstance(item, (dict, list, str, float)):
+            if isinstance(item, str) and depth < MAX_DEPTH:
+                if not item.isascii():
+                    _check_text(item)
+            elif item is None or isinstance(item, int):
+                pass
+            elif isinstance(item, (dict, list, str, float)):
                 check_value(item, depth + 1)
-            elif not (item is None or isinstance(item, (bool, int))):
+            else:
                 raise StrictJSONError("an array item is not a JSON value")
     elif not (value is None or isinstance(value, (bool, int))):
         raise StrictJSONError("not a JSON value")

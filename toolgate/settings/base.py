@@ -96,7 +96,10 @@ TOOLGATE_MAX_BODY_BYTES = DATA_UPLOAD_MAX_MEMORY_SIZE
 # The model's arguments alone, within the body: what stage 2 of the pipeline accepts.
 TOOLGATE_MAX_ARGUMENT_BYTES = env.int("TOOLGATE_MAX_ARGUMENT_BYTES", default=8 * 1024)
 
-REST_FRAMEWORK = {
+# Requests per agent token, such as "6000/min"; dispatch.authentication.AgentRateThrottle reads it.
+TOOLGATE_AGENT_THROTTLE_RATE = env("AGENT_THROTTLE_RATE", default="6000/min")
+
+REST_FRAMEWORK: dict[str, Any] = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # Each view names its own authentication: agent hosts and browsers authenticate differently.
     "DEFAULT_AUTHENTICATION_CLASSES": [],
@@ -105,7 +108,6 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
-    "DEFAULT_THROTTLE_RATES": {"agent": env("AGENT_THROTTLE_RATE", default="6000/min")},
     "EXCEPTION_HANDLER": "dispatch.errors.api_exception_handler",
     # `?format=` names a tool format (PRODUCT.md), not a renderer.
     "URL_FORMAT_OVERRIDE": None,

@@ -1,5 +1,5 @@
 from toolgate.settings.base import *  # noqa: F403
-from toolgate.settings.base import REST_FRAMEWORK, env
+from toolgate.settings.base import env
 
 DEBUG = False
 SECRET_KEY = env("SECRET_KEY", default="django-insecure-test-only-never-in-production")
@@ -9,7 +9,4 @@ ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Throttling is tested on purpose with its own rate, never by accident.
-REST_FRAMEWORK = {
-    **REST_FRAMEWORK,
-    "DEFAULT_THROTTLE_RATES": {"agent": env("AGENT_THROTTLE_RATE", default="1000000/min")},
-}
+TOOLGATE_AGENT_THROTTLE_RATE = env("AGENT_THROTTLE_RATE", default="1000000/min")

@@ -1,0 +1,118 @@
+"""Create an agent with its first policy and print its token, once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import IntegrityError
+
+from dispatch.management.policies import (
+    DEFAULT_POLICY,
+    cents,
+    cents_or_none,
+    count,
+    describe_policy,
+    positive_cents,
+    ttl_seconds,
+)
+from dispatch.models import Agent
+from dispatch.registry import tool_registry
+from dispatch.services import UnknownTools, agent_create
+
+
+class Command(BaseCommand):
+    help = (
+        "Create an agent host with its first policy version. The token is printed once and "
+        "stored only as a hash."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name", help="a unique name for the agent, such as support-bot")
+        parser.add_argument(
+            "--tools",
+            nargs="+",
+            required=True,
+            metavar="TOOL",
+            help="the tools the agent may call, such as: get_order refund_order",
+        )
+        parser.add_argument(
+            "--max-amount-cents",
+            type=positive_cents,
+            default=DEFAULT_POLICY["max_amount_cents"],
+            help="the largest amount one call may move (default %(default)s)",
+        )
+        parser.add_argument(
+            "--auto-approve-below-cents",
+            type=cents,
+            default=DEFAULT_POLICY["auto_approve_below_cents"],
+            help="below this amount no human is asked; 0 holds every call (default %(default)s)",
+        )
+        parser.add_argument(
+            "--two-reviewers-from-cents",
+            type=cents_or_none,
+            default=DEFAULT_POLICY["two_reviewers_from_cents"],
+            help="from this amount two reviewers must approve; 'none' for never "
+            "(default %(default)s)",
+        )
+        parser.add_argument(
+            "--step-budget",
+            type=count,
+            default=DEFAULT_POLICY["step_budget"],
+            help="calls per session (default %(default)s)",
+        )
+        parser.add_argument(
+            "--repeat-limit",
+            type=count,
+            default=DEFAULT_POLICY["repeat_limit"],
+            help="identical calls per session before LOOP_DETECTED (default %(default)s)",
+        )
+        parser.add_argument(
+            "--confirmation-ttl-seconds",
+            type=ttl_seconds,
+            default=DEFAULT_POLICY["confirmation_ttl_seconds"],
+            help="how long a held call may be approved, at least 60 (default %(default)s)",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        name = options["name"].strip()
+        longest = Agent._meta.get_field("name").max_length or 100
+        if not name or len(name) > longest:
+            raise CommandError(f"The name must be 1 to {longest} characters.")
+        if Agent.objects.filter(name=name).exists():
+            raise CommandError(f"An agent named {name!r} already exists; choose another name.")
+        try:
+            agent, token = agent_create(
+                name=name,
+                allowed_tools=options["tools"],
+                max_amount_cents=options["max_amount_cents"],
+                auto_approve_below_cents=options["auto_approve_below_cents"],
+                two_reviewers_from_cents=options["two_reviewers_from_cents"],
+                step_budget=options["step_budget"],
+                repeat_limit=options["repeat_limit"],
+                confirmation_ttl_seconds=options["confirmation_ttl_seconds"],
+            )
+        except UnknownTools as exc:
+            known = ", ".join(sorted(spec.name for spec in tool_registry))
+            raise CommandError(
+                f"Unknown tools: {', '.join(exc.names)}. The tools are: {known}."
+            ) from None
+        except IntegrityError:
+            # Created meanwhile by someone else.
+            raise CommandError(
+                f"An agent named {name!r} already exists; choose another name."
+            ) from None
+
+        assert agent.current_policy is not None
+        self.stdout.write(self.style.SUCCESS(f"Created agent {agent.name!r} (id {agent.pk})."))
+        self.stdout.write("")
+        self.stdout.write(f"Token: {token}")
+        self.stdout.write(
+            self.style.WARNING(
+                "This token is shown once and will not be shown again: store it now. "
+                "Toolgate keeps only its hash."
+            )
+        )
+        self.stdout.write("")
+        for line in describe_policy(agent.current_policy):
+            self.stdout.write(line)

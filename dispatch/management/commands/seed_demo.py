@@ -1,0 +1,209 @@
+"""Seed a local database with demo orders, a demo agent and demo users; safe to run again."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import Group, Permission, User
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from dispatch.management.demo import (
+    DEMO_AGENT_NAME,
+    DEMO_BASE_URL,
+    DEMO_ORDERS,
+    DEMO_PASSWORD,
+    DEMO_TOOLS,
+    DEMO_USERS,
+    DemoUser,
+    demo_token,
+)
+from dispatch.management.policies import DEFAULT_POLICY, describe_policy
+from dispatch.models import Agent, Policy
+from dispatch.services import policy_create, token_hash
+from orders.models import Order
+from orders.services import order_create
+
+# Characters that need no quoting in a shell or an Authorization header.
+_TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9._~-]{16,128}$")
+
+
+class Command(BaseCommand):
+    help = (
+        "Create demo orders, the agent 'demo-agent' with a fixed, documented token, and the "
+        "users admin, reviewer and manager. Idempotent. Refuses to run without DEBUG unless "
+        "--force is given."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--token",
+            default=demo_token(),
+            help="the demo agent's token (default: $TOOLGATE_DEMO_TOKEN, or the documented "
+            "demo value)",
+        )
+        parser.add_argument(
+            "--password",
+            default=DEMO_PASSWORD,
+            help="the password of the demo users (default %(default)s)",
+        )
+        parser.add_argument(
+            "--base-url",
+            default=DEMO_BASE_URL,
+            help="where the server runs, for the printed instructions (default %(default)s)",
+        )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="seed even though DEBUG is off; never on a database that matters",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not settings.DEBUG and not options["force"]:
+            raise CommandError(
+                "seed_demo creates users with a published password and an agent with a "
+                "published token, so it runs only with DEBUG on (the local settings). "
+                "If this database is a throwaway, run it again with --force."
+            )
+        token: str = options["token"]
+        if not _TOKEN_PATTERN.fullmatch(token):
+            raise CommandError(
+                "The token must be 16 to 128 characters of letters, digits and . _ ~ -"
+            )
+        password: str = options["password"]
+        if not password:
+            raise CommandError("The password must not be empty.")
+        base_url = options["base_url"].rstrip("/")
+
+        with transaction.atomic():
+            self._seed_orders()
+            self._seed_agent(token)
+            self._seed_users(password)
+
+        self._print_instructions(token=token, password=password, base_url=base_url)
+
+    def _seed_orders(self) -> None:
+        existing = set(
+            Order.objects.filter(order_id__in=[o.order_id for o in DEMO_ORDERS]).values_list(
+                "order_id", flat=True
+            )
+        )
+        self.stdout.write("Orders:")
+        for demo in DEMO_ORDERS:
+            if demo.order_id in existing:
+                state = "already there, kept as it is"
+            else:
+                order_create(
+                    order_id=demo.order_id,
+                    customer_id=demo.customer_id,
+                    total_cents=demo.total_cents,
+                    currency=demo.currency,
+                )
+                state = "created"
+            self.stdout.write(
+                f"  {demo.order_id}  {demo.customer_id:<6} {demo.total_cents:>7} "
+                f"{demo.currency}  {state}"
+            )
+
+    def _seed_agent(self, token: str) -> None:
+        hashed = token_hash(token)
+        other = Agent.objects.filter(token_hash=hashed).exclude(name=DEMO_AGENT_NAME).first()
+        if other is not None:
+            raise CommandError(
+                f"That token already belongs to the agent {other.name!r}; pass another --token."
+            )
+        agent = Agent.objects.select_for_update().filter(name=DEMO_AGENT_NAME).first()
+        if agent is None:
+            # The token is chosen rather than drawn, but is stored like every token: as a hash.
+            agent = Agent.objects.create(
+                name=DEMO_AGENT_NAME, token_prefix=token[:10], token_hash=hashed
+            )
+            state = "created"
+        else:
+            agent.token_prefix = token[:10]
+            agent.token_hash = hashed
+            agent.is_active = True
+            agent.save(update_fields=["token_prefix", "token_hash", "is_active"])
+            state = "already there; token set and agent active"
+
+        policy = agent.current_policy
+        if policy is None or not _is_demo_policy(policy):
+            policy = policy_create(agent=agent, allowed_tools=DEMO_TOOLS, **DEFAULT_POLICY)
+            state += f"; demo policy set as v{policy.version}"
+        self.stdout.write(f"Agent {DEMO_AGENT_NAME}: {state}.")
+        for line in describe_policy(policy):
+            self.stdout.write(f"  {line}")
+
+    def _seed_users(self, password: str) -> None:
+        for demo in DEMO_USERS:
+            user = User.objects.filter(username=demo.username).first()
+            if user is None:
+                user = User.objects.create_user(
+                    demo.username,
+                    email=f"{demo.username}@example.com",
+                    password=password,
+                    is_staff=True,
+                    is_superuser=demo.superuser,
+                )
+            else:
+                user.set_password(password)
+                user.is_active = True
+                user.is_staff = True
+                user.is_superuser = demo.superuser
+                user.save(update_fields=["password", "is_active", "is_staff", "is_superuser"])
+            if demo.group is not None:
+                user.groups.add(_group(demo))
+
+    def _print_instructions(self, *, token: str, password: str, base_url: str) -> None:
+        body = json.dumps(
+            {
+                "session_id": "try-1",
+                "customer_id": "CUS-1",
+                "tool": "get_order",
+                "arguments": {"order_id": "ORD-1001"},
+            }
+        )
+        lines = [
+            "",
+            self.style.SUCCESS("Demo data is ready. Local use only: all of it is public."),
+            "",
+            f"Log in with password {password!r}:",
+            f"  admin     superuser              {base_url}/admin/",
+            f"  reviewer  group 'reviewers'      {base_url}/accounts/login/",
+            f"  manager   group 'managers'       {base_url}/accounts/login/",
+            f"API docs: {base_url}/api/docs/",
+            "",
+            f"Demo agent token: {token}",
+            "Try it while the server runs (make demo):",
+            f"  curl -s {base_url}/api/v1/calls \\",
+            f"    -H {shlex.quote(f'Authorization: Token {token}')} \\",
+            "    -H 'Content-Type: application/json' \\",
+            f"    -d {shlex.quote(body)}",
+            "Simulate agents against it:",
+            "  .venv/bin/python manage.py simulate_agents --sessions 50",
+        ]
+        for line in lines:
+            self.stdout.write(line)
+
+
+def _is_demo_policy(policy: Policy) -> bool:
+    return sorted(policy.allowed_tools) == sorted(DEMO_TOOLS) and all(
+        getattr(policy, field) == value for field, value in DEFAULT_POLICY.items()
+    )
+
+
+def _group(demo: DemoUser) -> Group:
+    assert demo.group is not None
+    group, _ = Group.objects.get_or_create(name=demo.group)
+    wanted: list[Permission] = []
+    for name in demo.group_permissions:
+        app_label, codename = name.split(".")
+        wanted.extend(
+            Permission.objects.filter(content_type__app_label=app_label, codename=codename)
+        )
+    group.permissions.add(*wanted)
+    return group

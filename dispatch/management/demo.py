@@ -1,0 +1,69 @@
+"""The demo's fixed data: what `seed_demo` creates and what `simulate_agents` uses by default.
+
+Everything here is public on purpose: the demo token and password protect nothing but a local
+database seeded for trying Toolgate out, and `seed_demo` refuses to run without DEBUG.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DEMO_AGENT_NAME = "demo-agent"
+DEMO_TOKEN = "tg_demo_local_only_0123456789abcdef"
+DEMO_PASSWORD = "toolgate-demo"
+DEMO_BASE_URL = "http://127.0.0.1:8000"
+DEMO_TOOLS = ("get_order", "refund_order")
+
+
+def demo_token() -> str:
+    return os.environ.get("TOOLGATE_DEMO_TOKEN") or DEMO_TOKEN
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOrder:
+    order_id: str
+    customer_id: str
+    total_cents: int
+    currency: str
+
+
+DEMO_ORDERS = (
+    DemoOrder("ORD-1001", "CUS-1", 12_000, "BRL"),
+    DemoOrder("ORD-1002", "CUS-2", 4_500, "USD"),
+    DemoOrder("ORD-1003", "CUS-1", 45_000, "BRL"),
+    DemoOrder("ORD-1004", "CUS-2", 19_990, "USD"),
+    DemoOrder("ORD-1005", "CUS-3", 7_500, "EUR"),
+    DemoOrder("ORD-1006", "CUS-3", 120_000, "EUR"),
+    DemoOrder("ORD-1007", "CUS-4", 3_200, "USD"),
+    DemoOrder("ORD-1008", "CUS-4", 64_000, "BRL"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DemoUser:
+    username: str
+    group: str | None
+    superuser: bool
+    # What members of the group may see in the admin until their own pages exist.
+    group_permissions: tuple[str, ...] = ()
+
+
+DEMO_USERS = (
+    DemoUser("admin", None, True),
+    DemoUser("reviewer", "reviewers", False, ("approvals.view_confirmation",)),
+    DemoUser(
+        "manager",
+        "managers",
+        False,
+        (
+            "approvals.view_confirmation",
+            "dispatch.view_agent",
+            "dispatch.view_policy",
+            "dispatch.view_session",
+            "dispatch.view_auditrecord",
+            "orders.view_order",
+            "orders.view_refund",
+        ),
+    ),
+)

@@ -1,0 +1,204 @@
+"""The operator's admin: agents, policy versions, and the records the pipeline writes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from approvals.models import Confirmation
+from dispatch.models import Agent, AuditRecord, Policy
+from dispatch.services import agent_authenticate, agent_create, call_dispatch
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def agent_and_token() -> tuple[Agent, str]:
+    return agent_create(
+        name="support-bot",
+        allowed_tools=["get_order", "refund_order"],
+        max_amount_cents=50_000,
+        auto_approve_below_cents=5_000,
+    )
+
+
+@pytest.fixture
+def agent(agent_and_token: tuple[Agent, str]) -> Agent:
+    return agent_and_token[0]
+
+
+def test_the_agent_list_shows_the_token_prefix_and_never_the_hash(
+    admin_client: Client, agent: Agent
+) -> None:
+    response = admin_client.get("/admin/dispatch/agent/")
+
+    assert response.status_code == 200
+    assert agent.token_prefix.encode() in response.content
+    assert agent.token_hash.encode() not in response.content
+    assert b"create_agent" in response.content
+
+
+def test_the_agent_page_keeps_the_token_read_only(admin_client: Client, agent: Agent) -> None:
+    response = admin_client.get(f"/admin/dispatch/agent/{agent.pk}/change/")
+
+    assert response.status_code == 200
+    assert agent.token_hash.encode() not in response.content
+    assert b'name="token_prefix"' not in response.content
+    assert b'name="token_hash"' not in response.content
+    assert b"add a new version" in response.content
+
+
+def test_agents_are_not_added_or_deleted_in_the_admin(admin_client: Client, agent: Agent) -> None:
+    assert admin_client.get("/admin/dispatch/agent/add/").status_code == 403
+    assert admin_client.post(f"/admin/dispatch/agent/{agent.pk}/delete/").status_code == 403
+    assert Agent.objects.filter(pk=agent.pk).exists()
+
+
+def test_the_disable_action_stops_the_token(
+    admin_client: Client, agent_and_token: tuple[Agent, str]
+) -> None:
+    agent, token = agent_and_token
+
+    response = admin_client.post(
+        "/admin/dispatch/agent/",
+        {"action": "disable_agents", "_selected_action": [agent.pk]},
+        follow=True,
+    )
+
+    assert response.status_code == 200
+    agent.refresh_from_db()
+    assert not agent.is_active
+    assert agent_authenticate(token) is None
+
+
+def test_adding_a_policy_makes_a_new_current_version_and_keeps_the_old(
+    admin_client: Client, admin_user: User, agent: Agent
+) -> None:
+    first = agent.current_policy
+    assert first is not None
+
+    response = admin_client.post(
+        "/admin/dispatch/policy/add/",
+        {
+            "agent": agent.pk,
+            "allowed_tools": ["get_order"],
+            "max_amount_cents": 10_000,
+            "auto_approve_below_cents": 0,
+            "two_reviewers_from_cents": "",
+            "step_budget": 20,
+            "repeat_limit": 2,
+            "confirmation_ttl_seconds": 3600,
+        },
+    )
+
+    assert response.status_code == 302, response.content
+    agent.refresh_from_db()
+    current = agent.current_policy
+    assert current is not None
+    assert (current.version, current.allowed_tools, current.max_amount_cents) == (
+        2,
+        ["get_order"],
+        10_000,
+    )
+    assert current.created_by == admin_user
+    first.refresh_from_db()
+    assert (first.version, first.max_amount_cents) == (1, 50_000)
+
+
+def test_the_add_form_for_an_agent_starts_from_its_current_policy(
+    admin_client: Client, agent: Agent
+) -> None:
+    response = admin_client.get("/admin/dispatch/policy/add/", {"agent": agent.pk})
+
+    assert response.status_code == 200
+    assert b'name="max_amount_cents" value="50000"' in response.content
+    assert b"never edited" in response.content
+
+
+def test_a_policy_version_is_never_edited_or_deleted(admin_client: Client, agent: Agent) -> None:
+    policy = agent.current_policy
+    assert policy is not None
+
+    page = admin_client.get(f"/admin/dispatch/policy/{policy.pk}/change/")
+    edit = admin_client.post(f"/admin/dispatch/policy/{policy.pk}/change/", {"max_amount_cents": 1})
+    delete = admin_client.post(f"/admin/dispatch/policy/{policy.pk}/delete/")
+
+    assert page.status_code == 200
+    assert b'name="max_amount_cents"' not in page.content
+    assert (edit.status_code, delete.status_code) == (403, 403)
+    policy.refresh_from_db()
+    assert policy.max_amount_cents == 50_000
+    assert Policy.objects.count() == 1
+
+
+def _one_call(agent: Agent, order_id: str = "ORD-404") -> AuditRecord:
+    result = call_dispatch(
+        agent=agent,
+        session_id="admin-s1",
+        customer_id="CUS-1",
+        tool="get_order",
+        arguments={"order_id": order_id},
+    )
+    return AuditRecord.objects.get(call_id=result.call_id)
+
+
+def test_audit_records_are_listed_filtered_and_searched_read_only(
+    admin_client: Client, agent: Agent
+) -> None:
+    record = _one_call(agent)
+
+    by_code = admin_client.get("/admin/dispatch/auditrecord/", {"code": "ORDER_NOT_FOUND"})
+    by_session = admin_client.get("/admin/dispatch/auditrecord/", {"q": "admin-s1"})
+    page = admin_client.get(f"/admin/dispatch/auditrecord/{record.pk}/change/")
+
+    assert record.call_id.encode() in by_code.content
+    assert record.call_id.encode() in by_session.content
+    assert page.status_code == 200
+    assert b'name="code"' not in page.content
+    assert admin_client.get("/admin/dispatch/auditrecord/add/").status_code == 403
+    assert admin_client.post(f"/admin/dispatch/auditrecord/{record.pk}/delete/").status_code == 403
+
+
+@pytest.mark.parametrize("model", ["session", "idempotencyrecord"])
+def test_sessions_and_idempotency_records_are_read_only(
+    admin_client: Client, agent: Agent, model: str
+) -> None:
+    _one_call(agent)
+
+    listing = admin_client.get(f"/admin/dispatch/{model}/", {"q": "admin-s1"})
+
+    assert listing.status_code == 200
+    assert b"admin-s1" in listing.content
+    assert admin_client.get(f"/admin/dispatch/{model}/add/").status_code == 403
+
+
+def test_confirmations_are_listed_by_status_read_only(admin_client: Client, agent: Agent) -> None:
+    now = timezone.now()
+    Confirmation.objects.create(
+        id="c0ffee",
+        key="k" * 64,
+        tool="refund_order",
+        arguments={"order_id": "ORD-1001"},
+        arguments_hash="h" * 64,
+        agent=agent,
+        session_id="admin-s1",
+        customer_id="CUS-1",
+        policy_version=1,
+        amount_cents=9000,
+        created_at=now,
+        expires_at=now + timedelta(hours=1),
+    )
+
+    pending = admin_client.get("/admin/approvals/confirmation/", {"status__exact": "pending"})
+    approved = admin_client.get("/admin/approvals/confirmation/", {"status__exact": "approved"})
+    searched = admin_client.get("/admin/approvals/confirmation/", {"q": "admin-s1"})
+
+    assert b"c0ffee" in pending.content
+    assert b"c0ffee" not in approved.content
+    assert b"c0ffee" in searched.content
+    assert admin_client.get("/admin/approvals/confirmation/add/").status_code == 403
+    assert admin_client.post("/admin/approvals/confirmation/c0ffee/delete/").status_code == 403

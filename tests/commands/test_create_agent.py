@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import pytest
+from django.core.management.base import CommandError
+from django.test import Client
+
+from dispatch.models import Agent
+from dispatch.services import agent_authenticate, token_hash
+from tests.commands.conftest import Run, printed_token
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_prints_a_token_that_authenticates_and_stores_only_its_hash(
+    run: Run, client: Client
+) -> None:
+    output = run("create_agent", "support-bot", "--tools", "get_order", "refund_order")
+
+    token = printed_token(output)
+    agent = Agent.objects.get(name="support-bot")
+    assert agent_authenticate(token) == agent
+    assert agent.token_hash == token_hash(token) != token
+    assert agent.token_prefix == token[:10]
+    assert "will not be shown again" in output
+    response = client.get("/api/v1/tools", HTTP_AUTHORIZATION=f"Token {token}")
+    assert response.status_code == 200
+    assert [tool["name"] for tool in response.json()["tools"]] == ["get_order", "refund_order"]
+
+
+def test_it_creates_the_first_policy_version_with_sensible_defaults(run: Run) -> None:
+    output = run("create_agent", "reader", "--tools", "get_order")
+
+    policy = Agent.objects.get(name="reader").current_policy
+    assert policy is not None
+    assert (policy.version, policy.allowed_tools) == (1, ["get_order"])
+    assert (policy.max_amount_cents, policy.auto_approve_below_cents) == (50_000, 5_000)
+    assert (policy.two_reviewers_from_cents, policy.step_budget) == (30_000, 50)
+    assert (policy.repeat_limit, policy.confirmation_ttl_seconds) == (3, 86_400)
+    assert "Policy v1 of reader:" in output
+    assert "86400 s (24 h)" in output
+
+
+def test_it_takes_every_limit_from_the_command_line(run: Run) -> None:
+    run(
+        "create_agent",
+        "strict-bot",
+        "--tools",
+        "refund_order",
+        "--max-amount-cents",
+        "20000",
+        "--auto-approve-below-cents",
+        "0",
+        "--two-reviewers-from-cents",
+        "none",
+        "--step-budget",
+        "10",
+        "--repeat-limit",
+        "1",
+        "--confirmation-ttl-seconds",
+        "600",
+    )
+
+    policy = Agent.objects.get(name="strict-bot").current_policy
+    assert policy is not None
+    assert policy.max_amount_cents == 20_000
+    assert policy.auto_approve_below_cents == 0
+    assert policy.two_reviewers_from_cents is None
+    assert (policy.step_budget, policy.repeat_limit, policy.confirmation_ttl_seconds) == (
+        10,
+        1,
+        600,
+    )
+
+
+def test_it_refuses_a_name_that_is_taken(run: Run) -> None:
+    run("create_agent", "support-bot", "--tools", "get_order")
+
+    with pytest.raises(CommandError, match="already exists"):
+        run("create_agent", "support-bot", "--tools", "get_order")
+
+    assert Agent.objects.count() == 1
+
+
+def test_it_refuses_unknown_tools_and_creates_nothing(run: Run) -> None:
+    with pytest.raises(CommandError, match=r"Unknown tools: delete_order\. The tools are: "):
+        run("create_agent", "support-bot", "--tools", "get_order", "delete_order")
+
+    assert not Agent.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--max-amount-cents", "25.90"),
+        ("--max-amount-cents", "0"),
+        ("--auto-approve-below-cents", "-1"),
+        ("--two-reviewers-from-cents", "many"),
+        ("--step-budget", "0"),
+        ("--repeat-limit", "3.5"),
+        ("--confirmation-ttl-seconds", "30"),
+    ],
+)
+def test_it_refuses_bad_numbers(run: Run, option: str, value: str) -> None:
+    with pytest.raises(CommandError, match=option.removeprefix("--")):
+        run("create_agent", "support-bot", "--tools", "get_order", option, value)
+
+    assert not Agent.objects.exists()

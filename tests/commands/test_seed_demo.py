@@ -1,0 +1,191 @@
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import shlex
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management.base import CommandError
+from django.test import Client
+from pytest_django.fixtures import Settings
+
+from dispatch.management.demo import DEMO_TOKEN
+from dispatch.models import Agent, Policy
+from dispatch.services import agent_authenticate, agent_create, token_hash
+from orders.models import Order
+from tests.commands.conftest import Run
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_refuses_to_run_without_debug(run: Run, settings: Settings) -> None:
+    settings.DEBUG = False
+
+    with pytest.raises(CommandError, match="--force"):
+        run("seed_demo")
+
+    assert not Order.objects.exists()
+    assert not User.objects.exists()
+    assert not Agent.objects.exists()
+
+
+def test_it_runs_with_debug_on(run: Run, settings: Settings) -> None:
+    settings.DEBUG = True
+
+    run("seed_demo")
+
+    assert Order.objects.filter(order_id="ORD-1001").exists()
+
+
+def test_the_local_settings_that_make_demo_uses_have_debug_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("DEBUG", raising=False)
+
+    local = importlib.reload(importlib.import_module("toolgate.settings.local"))
+
+    assert local.DEBUG is True
+
+
+def test_it_creates_the_demo_orders(run: Run) -> None:
+    run("seed_demo", "--force")
+
+    first = Order.objects.get(order_id="ORD-1001")
+    second = Order.objects.get(order_id="ORD-1002")
+    assert (first.customer_id, first.total_cents, first.currency) == ("CUS-1", 12_000, "BRL")
+    assert (second.customer_id, second.total_cents, second.currency) == ("CUS-2", 4_500, "USD")
+    assert Order.objects.count() >= 6
+    assert Order.objects.values("customer_id").distinct().count() >= 3
+    assert set(Order.objects.values_list("currency", flat=True)) == {"BRL", "USD", "EUR"}
+
+
+def test_it_creates_the_demo_agent_with_the_documented_token_stored_as_a_hash(run: Run) -> None:
+    output = run("seed_demo", "--force")
+
+    agent = Agent.objects.get(name="demo-agent")
+    assert agent_authenticate(DEMO_TOKEN) == agent
+    assert agent.token_hash == token_hash(DEMO_TOKEN)
+    assert DEMO_TOKEN in output
+    policy = agent.current_policy
+    assert policy is not None
+    assert sorted(policy.allowed_tools) == ["get_order", "refund_order"]
+    assert policy.max_amount_cents == 50_000
+    assert policy.auto_approve_below_cents == 5_000
+    assert policy.two_reviewers_from_cents == 30_000
+
+
+def test_it_creates_the_users_in_their_groups(run: Run, client: Client) -> None:
+    run("seed_demo", "--force", "--password", "s3cret-demo")
+
+    admin = User.objects.get(username="admin")
+    assert admin.is_superuser and admin.is_staff
+    assert list(User.objects.get(username="reviewer").groups.values_list("name", flat=True)) == [
+        "reviewers"
+    ]
+    assert list(User.objects.get(username="manager").groups.values_list("name", flat=True)) == [
+        "managers"
+    ]
+    for username in ("admin", "reviewer", "manager"):
+        assert User.objects.get(username=username).check_password("s3cret-demo")
+    assert client.login(username="admin", password="s3cret-demo")
+    assert client.get("/admin/").status_code == 200
+
+
+def test_the_reviewer_and_the_manager_see_only_what_their_group_may(
+    run: Run, client: Client
+) -> None:
+    run("seed_demo", "--force")
+
+    assert client.login(username="reviewer", password="toolgate-demo")
+    assert client.get("/admin/approvals/confirmation/").status_code == 200
+    assert client.get("/admin/dispatch/auditrecord/").status_code == 403
+    assert client.login(username="manager", password="toolgate-demo")
+    assert client.get("/admin/dispatch/auditrecord/").status_code == 200
+    assert client.get("/admin/dispatch/policy/add/").status_code == 403
+
+
+def test_it_is_idempotent(run: Run) -> None:
+    run("seed_demo", "--force")
+    before = (
+        Order.objects.count(),
+        Agent.objects.count(),
+        Policy.objects.count(),
+        User.objects.count(),
+    )
+
+    output = run("seed_demo", "--force")
+
+    after = (
+        Order.objects.count(),
+        Agent.objects.count(),
+        Policy.objects.count(),
+        User.objects.count(),
+    )
+    assert after == before
+    assert "already there" in output
+    assert agent_authenticate(DEMO_TOKEN) is not None
+    assert User.objects.get(username="reviewer").groups.count() == 1
+
+
+def test_it_keeps_an_order_that_is_already_there(run: Run) -> None:
+    Order.objects.create(order_id="ORD-1001", customer_id="CUS-1", total_cents=999, currency="BRL")
+
+    run("seed_demo", "--force")
+
+    assert Order.objects.get(order_id="ORD-1001").total_cents == 999
+
+
+def test_it_sets_the_token_of_an_existing_demo_agent(run: Run) -> None:
+    agent, old_token = agent_create(
+        name="demo-agent", allowed_tools=["get_order"], max_amount_cents=100
+    )
+    agent.is_active = False
+    agent.save(update_fields=["is_active"])
+
+    output = run("seed_demo", "--force", "--token", "tg_another_demo_token_42")
+
+    agent.refresh_from_db()
+    assert agent_authenticate("tg_another_demo_token_42") == agent
+    assert agent_authenticate(old_token) is None
+    assert agent.current_policy is not None
+    assert agent.current_policy.version == 2
+    assert sorted(agent.current_policy.allowed_tools) == ["get_order", "refund_order"]
+    assert "tg_another_demo_token_42" in output
+
+
+def test_its_token_defaults_to_the_environment(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLGATE_DEMO_TOKEN", "tg_from_the_environment_1")
+
+    run("seed_demo", "--force")
+
+    assert agent_authenticate("tg_from_the_environment_1") is not None
+    assert agent_authenticate(DEMO_TOKEN) is None
+
+
+def test_it_refuses_a_token_that_cannot_go_in_a_header(run: Run) -> None:
+    with pytest.raises(CommandError, match="token must be"):
+        run("seed_demo", "--force", "--token", "short")
+
+    assert not Agent.objects.exists()
+
+
+def test_its_curl_example_works(run: Run, client: Client) -> None:
+    output = run("seed_demo", "--force")
+
+    curl = re.search(r"curl -s (\S+) \\\n(.*?)\n(?!\s)", output + "\nend", re.S)
+    assert curl is not None, output
+    words = shlex.split(curl.group(0).replace("\\\n", " "))
+    headers = dict(words[i + 1].split(": ", 1) for i, w in enumerate(words) if w == "-H")
+    body = words[words.index("-d") + 1]
+    response = client.post(
+        curl.group(1).removeprefix("http://127.0.0.1:8000"),
+        data=body,
+        content_type=headers["Content-Type"],
+        HTTP_AUTHORIZATION=headers["Authorization"],
+    )
+    assert response.status_code == 200, response.content
+    result = response.json()
+    assert (result["ok"], result["code"]) == (True, "OK")
+    assert result["data"]["order_id"] == json.loads(body)["arguments"]["order_id"]

@@ -1,0 +1,103 @@
+"""The OpenAPI schema is valid, served, and describes what the API really answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+from django.core.management import call_command
+from jsonschema import Draft202012Validator
+from pytest_django.live_server_helper import LiveServer
+
+from tests.conftest import AgentClient
+
+OPERATIONS = {
+    ("/api/v1/calls", "post"),
+    ("/api/v1/tools", "get"),
+    ("/api/v1/codes", "get"),
+    ("/api/v1/sessions/{session_id}/calls", "get"),
+    ("/api/v1/confirmations/{confirmation_id}", "get"),
+}
+
+
+def test_the_schema_generates_without_errors_or_warnings(tmp_path: Path) -> None:
+    target = tmp_path / "openapi.yaml"
+
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(target))
+
+    document = yaml.safe_load(target.read_text())
+    assert document["openapi"] == "3.1.0"
+    assert {(path, method) for path, item in document["paths"].items() for method in item} == (
+        OPERATIONS
+    )
+
+
+@pytest.fixture
+def served(live_server: LiveServer) -> dict[str, Any]:
+    response = requests.get(
+        f"{live_server.url}/api/schema/",
+        headers={"Accept": "application/vnd.oai.openapi+json"},
+        timeout=30,
+    )
+    assert response.status_code == 200
+    document: dict[str, Any] = response.json()
+    return document
+
+
+def test_the_schema_is_served_without_a_token(served: dict[str, Any]) -> None:
+    assert served["info"]["title"] == "Toolgate API"
+    assert served["components"]["securitySchemes"]["AgentToken"]["name"] == "Authorization"
+    calls = served["paths"]["/api/v1/calls"]["post"]
+    assert set(calls["requestBody"]["content"]) == {"application/json"}
+    assert {"200", "400", "401", "409", "413", "429"} <= set(calls["responses"])
+
+
+def test_the_yaml_schema_is_served_too(live_server: LiveServer) -> None:
+    response = requests.get(f"{live_server.url}/api/schema/", timeout=30)
+
+    assert response.status_code == 200
+    assert yaml.safe_load(response.text)["info"]["title"] == "Toolgate API"
+
+
+def validator(document: dict[str, Any], path: str, method: str, status: str) -> Any:
+    content = document["paths"][path][method]["responses"][status]["content"]
+    schema = {**content["application/json"]["schema"], "components": document["components"]}
+    return Draft202012Validator(schema)
+
+
+@pytest.mark.usefixtures("orders")
+def test_real_answers_match_the_schema(served: dict[str, Any], api: AgentClient) -> None:
+    held = api.refund(6000)
+    answers = [
+        ("/api/v1/calls", "post", "200", api.refund(1000)),
+        ("/api/v1/calls", "post", "200", held),
+        ("/api/v1/calls", "post", "200", api.call("refund_order", "nope")),
+        ("/api/v1/calls", "post", "400", api.post_body("nope").json()),
+        ("/api/v1/tools", "get", "200", api.get("/api/v1/tools", format="openai").json()),
+        ("/api/v1/tools", "get", "400", api.get("/api/v1/tools", format="x").json()),
+        ("/api/v1/codes", "get", "200", api.get("/api/v1/codes").json()),
+        (
+            "/api/v1/sessions/{session_id}/calls",
+            "get",
+            "200",
+            api.get("/api/v1/sessions/s-1/calls").json(),
+        ),
+        (
+            "/api/v1/sessions/{session_id}/calls",
+            "get",
+            "404",
+            api.get("/api/v1/sessions/none/calls").json(),
+        ),
+        (
+            "/api/v1/confirmations/{confirmation_id}",
+            "get",
+            "200",
+            api.get(f"/api/v1/confirmations/{held['data']['confirmation_id']}").json(),
+        ),
+    ]
+
+    for path, method, status, body in answers:
+        validator(served, path, method, status).validate(body)
