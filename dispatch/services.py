@@ -72,12 +72,23 @@ def policy_create(
 
 
 @transaction.atomic
-def agent_create(*, name: str, **policy: Any) -> tuple[Agent, str]:
-    """Create an agent with its first policy; returns the token, which is never stored."""
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+def agent_create(*, name: str, token: str | None = None, **policy: Any) -> tuple[Agent, str]:
+    """Create an agent with its first policy; returns the token, which is never stored.
+
+    A token is drawn at random unless one is chosen (the demo's documented token).
+    """
+    token = token or TOKEN_PREFIX + secrets.token_urlsafe(32)
     agent = Agent.objects.create(name=name, token_prefix=token[:10], token_hash=token_hash(token))
     policy_create(agent=agent, **policy)
     return agent, token
+
+
+def agent_token_set(*, agent: Agent, token: str) -> None:
+    """Give an agent a chosen token, and enable it; like every token it is stored as a hash."""
+    agent.token_prefix = token[:10]
+    agent.token_hash = token_hash(token)
+    agent.is_active = True
+    agent.save(update_fields=["token_prefix", "token_hash", "is_active"])
 
 
 def agent_authenticate(token: str) -> Agent | None:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from io import StringIO
+from typing import Any, Protocol
 
 import pytest
 import requests
 from django.core.cache import cache
+from django.core.management import call_command
 from django.db.models import Sum
 from pytest_django.live_server_helper import LiveServer
 
@@ -190,3 +193,25 @@ class Ledger:
 @pytest.fixture
 def ledger(db: None) -> Ledger:
     return Ledger()
+
+
+class Run(Protocol):
+    def __call__(self, name: str, *args: str, **options: Any) -> str: ...
+
+
+@pytest.fixture
+def run() -> Run:
+    """Run a command; returns its standard output (its standard error is discarded)."""
+
+    def call(name: str, *args: str, **options: Any) -> str:
+        out = StringIO()
+        call_command(name, *args, stdout=out, stderr=StringIO(), no_color=True, **options)
+        return out.getvalue()
+
+    return call
+
+
+def printed_token(output: str) -> str:
+    match = re.search(r"^Token: (\S+)$", output, re.M)
+    assert match is not None, output
+    return match.group(1)

@@ -16,7 +16,7 @@ def describe_validation_error(model: type[BaseModel], error: ValidationError) ->
         name = ".".join(str(part) for part in location) or "arguments"
         top = location[0] if location else None
         if item["type"] == "extra_forbidden":
-            hint: str | None = f"this tool takes only: {', '.join(fields)}"
+            hint: str | None = f"the only fields are: {', '.join(fields)}"
         elif isinstance(top, str) and top in fields:
             hint = fields[top].description
         else:

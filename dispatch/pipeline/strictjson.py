@@ -40,12 +40,16 @@ _decoder = json.JSONDecoder(
 )
 
 
-def check_value(value: Any, depth: int = 1) -> None:
-    """Refuse what JSON cannot say exactly: deep nesting, non-finite numbers, lone surrogates."""
+def check_value(value: Any, depth: int = 1, *, refuse_nul: bool = False) -> None:
+    """Refuse what JSON cannot say exactly: deep nesting, non-finite numbers, lone surrogates.
+
+    With refuse_nul, also a NUL character in any string: no tool takes one, and PostgreSQL can
+    store none in text or JSON, so arguments holding one are refused before anything keeps them.
+    """
     if depth > MAX_DEPTH:
         raise StrictJSONError(f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, str):
-        _check_text(value)
+        _check_text(value, refuse_nul)
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise StrictJSONError("a number is out of range")
@@ -54,33 +58,35 @@ def check_value(value: Any, depth: int = 1) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise StrictJSONError("object keys must be strings")
-            if not key.isascii():
-                _check_text(key)
+            if not key.isascii() or (refuse_nul and "\x00" in key):
+                _check_text(key, refuse_nul)
             if isinstance(item, str) and depth < MAX_DEPTH:
-                if not item.isascii():
-                    _check_text(item)
+                if not item.isascii() or (refuse_nul and "\x00" in item):
+                    _check_text(item, refuse_nul)
             elif item is None or isinstance(item, int):
                 pass
             elif isinstance(item, (dict, list, str, float)):
-                check_value(item, depth + 1)
+                check_value(item, depth + 1, refuse_nul=refuse_nul)
             else:
                 raise StrictJSONError(f"value of {key!r} is not a JSON value")
     elif isinstance(value, list):
         for item in value:
             if isinstance(item, str) and depth < MAX_DEPTH:
-                if not item.isascii():
-                    _check_text(item)
+                if not item.isascii() or (refuse_nul and "\x00" in item):
+                    _check_text(item, refuse_nul)
             elif item is None or isinstance(item, int):
                 pass
             elif isinstance(item, (dict, list, str, float)):
-                check_value(item, depth + 1)
+                check_value(item, depth + 1, refuse_nul=refuse_nul)
             else:
                 raise StrictJSONError("an array item is not a JSON value")
     elif not (value is None or isinstance(value, (bool, int))):
         raise StrictJSONError("not a JSON value")
 
 
-def _check_text(text: str) -> None:
+def _check_text(text: str, refuse_nul: bool) -> None:
+    if refuse_nul and "\x00" in text:
+        raise StrictJSONError("a string holds a NUL character (\\u0000)")
     if not text.isascii():
         try:
             text.encode("utf-8")
@@ -88,7 +94,7 @@ def _check_text(text: str) -> None:
             raise StrictJSONError("a string holds an unpaired surrogate") from None
 
 
-def loads(text: str) -> Any:
+def loads(text: str, *, refuse_nul: bool = False) -> Any:
     """Parse one strict JSON value."""
     try:
         value = _decoder.decode(text)
@@ -100,7 +106,7 @@ def loads(text: str) -> Any:
         raise StrictJSONError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except ValueError as exc:  # e.g. an integer with more digits than Python converts
         raise StrictJSONError(str(exc)) from None
-    check_value(value)
+    check_value(value, refuse_nul=refuse_nul)
     return value
 
 
@@ -108,7 +114,7 @@ def loads_object(text: str, *, max_bytes: int) -> dict[str, Any]:
     """Parse text that must hold exactly one JSON object of at most max_bytes (UTF-8)."""
     if len(text) > max_bytes or (not text.isascii() and len(text.encode("utf-8")) > max_bytes):
         raise StrictJSONError(f"larger than {max_bytes} bytes")
-    value = loads(text)
+    value = loads(text, refuse_nul=True)
     if not isinstance(value, dict):
         raise StrictJSONError(f"must be a JSON object, not {_json_type(value)}")
     return value
@@ -119,7 +125,7 @@ def check_object(value: object, *, max_bytes: int) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise StrictJSONError(f"must be a JSON object, not {_json_type(value)}")
     obj = dict(value)
-    check_value(obj)
+    check_value(obj, refuse_nul=True)
     try:
         size = len(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
     except (TypeError, ValueError) as exc:

@@ -91,7 +91,7 @@ CASES: list[tuple[str, Any, str, str]] = [
         refund_with(note="urgent"),
         "INVALID_ARGUMENTS",
         "note: Extra inputs are not permitted "
-        "(this tool takes only: order_id, amount_cents, currency, reason)",
+        "(the only fields are: order_id, amount_cents, currency, reason)",
     ),
     ("a missing field", without("currency"), "INVALID_ARGUMENTS", "currency: Field required"),
     ("no fields", {}, "INVALID_ARGUMENTS", "order_id: Field required"),
@@ -238,8 +238,8 @@ def test_it_names_every_failing_field_at_once(api: AgentClient, ledger: Ledger) 
 
 @pytest.mark.parametrize(
     "order_id",
-    ["ORD-\uff11\uff10\uff10\uff11", "\u041eRD-1001", "ORD-1001\u0000"],
-    ids=["fullwidth digits", "a Cyrillic O (U+041E)", "a NUL"],
+    ["ORD-\uff11\uff10\uff10\uff11", "\u041eRD-1001"],
+    ids=["fullwidth digits", "a Cyrillic O (U+041E)"],
 )
 def test_a_look_alike_order_id_never_reaches_the_order_book(
     api: AgentClient, ledger: Ledger, order_id: str
@@ -290,9 +290,9 @@ def test_ambiguous_json_in_an_argument_object_is_refused_with_the_envelope(
     [
         ("get_order\u0000", {"order_id": "ORD-1001"}, "UNKNOWN_TOOL"),
         ("get_order", '{"order_id": "ORD-1001\u0000"}', "INVALID_JSON"),
-        ("get_order", '{"order_id": "ORD-1001\\u0000"}', "INVALID_ARGUMENTS"),
-        ("get_order", {"order_id\u0000": "ORD-1001"}, "INVALID_ARGUMENTS"),
-        ("refund_order", {**VALID, "reason": "damaged\u0000"}, "INVALID_ARGUMENTS"),
+        ("get_order", '{"order_id": "ORD-1001\\u0000"}', "INVALID_JSON"),
+        ("get_order", {"order_id\u0000": "ORD-1001"}, "INVALID_JSON"),
+        ("refund_order", {**VALID, "reason": "damaged\u0000"}, "INVALID_JSON"),
     ],
     ids=[
         "in the tool name",

@@ -199,7 +199,7 @@ def test_an_extra_field_names_the_fields_the_tool_takes(harness: Harness) -> Non
     result = harness.call("get_order", '{"order_id": "ORD-1001", "customer_id": "CUS-2"}')
 
     assert result.message == (
-        "customer_id: Extra inputs are not permitted (this tool takes only: order_id)"
+        "customer_id: Extra inputs are not permitted (the only fields are: order_id)"
     )
 
 
@@ -517,3 +517,11 @@ def test_the_audit_keeps_a_bounded_copy_of_the_raw_arguments(harness: Harness) -
     harness.call("refund_order", "x" * 100_000)
 
     assert len(harness.state.audit[0].raw_arguments) == 4096
+
+
+def test_it_refuses_a_nul_character_in_any_string(harness: Harness) -> None:
+    escaped = harness.call("get_order", '{"order_id": "ORD-1001\\u0000"}')
+    in_a_key = harness.call("get_order", {"order_id\x00": "ORD-1001"})
+
+    assert escaped.code == in_a_key.code == "INVALID_JSON"
+    assert "NUL" in escaped.message

@@ -12,7 +12,10 @@ from django.contrib.auth.models import Group, Permission, User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from dispatch.management.demo import (
+from dispatch.management.policies import DEFAULT_POLICY, describe_policy
+from dispatch.models import Agent, Policy
+from dispatch.services import agent_create, agent_token_set, policy_create, token_hash
+from orders.demo import (
     DEMO_AGENT_NAME,
     DEMO_BASE_URL,
     DEMO_ORDERS,
@@ -22,9 +25,6 @@ from dispatch.management.demo import (
     DemoUser,
     demo_token,
 )
-from dispatch.management.policies import DEFAULT_POLICY, describe_policy
-from dispatch.models import Agent, Policy
-from dispatch.services import policy_create, token_hash
 from orders.models import Order
 from orders.services import order_create
 
@@ -118,22 +118,19 @@ class Command(BaseCommand):
             )
         agent = Agent.objects.select_for_update().filter(name=DEMO_AGENT_NAME).first()
         if agent is None:
-            # The token is chosen rather than drawn, but is stored like every token: as a hash.
-            agent = Agent.objects.create(
-                name=DEMO_AGENT_NAME, token_prefix=token[:10], token_hash=hashed
+            agent, _ = agent_create(
+                name=DEMO_AGENT_NAME, token=token, allowed_tools=DEMO_TOOLS, **DEFAULT_POLICY
             )
+            policy = agent.current_policy
             state = "created"
         else:
-            agent.token_prefix = token[:10]
-            agent.token_hash = hashed
-            agent.is_active = True
-            agent.save(update_fields=["token_prefix", "token_hash", "is_active"])
+            agent_token_set(agent=agent, token=token)
             state = "already there; token set and agent active"
-
-        policy = agent.current_policy
-        if policy is None or not _is_demo_policy(policy):
-            policy = policy_create(agent=agent, allowed_tools=DEMO_TOOLS, **DEFAULT_POLICY)
-            state += f"; demo policy set as v{policy.version}"
+            policy = agent.current_policy
+            if policy is None or not _is_demo_policy(policy):
+                policy = policy_create(agent=agent, allowed_tools=DEMO_TOOLS, **DEFAULT_POLICY)
+                state += f"; demo policy set as v{policy.version}"
+        assert policy is not None
         self.stdout.write(f"Agent {DEMO_AGENT_NAME}: {state}.")
         for line in describe_policy(policy):
             self.stdout.write(f"  {line}")

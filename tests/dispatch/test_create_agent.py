@@ -6,7 +6,7 @@ from django.test import Client
 
 from dispatch.models import Agent
 from dispatch.services import agent_authenticate, token_hash
-from tests.commands.conftest import Run, printed_token
+from tests.conftest import Run, printed_token
 
 pytestmark = pytest.mark.django_db
 

@@ -9,9 +9,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dispatch.management.demo import DEMO_BASE_URL, demo_token
 from dispatch.management.policies import integer_in_range
-from dispatch.management.simulation import (
+from orders.demo import DEMO_BASE_URL, demo_token
+from orders.models import Order
+from orders.simulation import (
     DEFAULT_MIX,
     SCENARIOS,
     ApiClient,
@@ -21,7 +22,6 @@ from dispatch.management.simulation import (
     parse_mix,
     run_simulation,
 )
-from orders.models import Order
 
 
 class Command(BaseCommand):
