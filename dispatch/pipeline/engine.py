@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
@@ -97,8 +97,7 @@ class _Trace:
     confirmation_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Execution:
+class Execution(NamedTuple):
     """The outcome of stage 8 and the status it leaves the idempotency key in."""
 
     result: CallResult

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel
 
@@ -41,8 +41,7 @@ class CheckContext:
     customer_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class ExecutionContext:
+class ExecutionContext(NamedTuple):
     customer_id: str
     # The same for every attempt of one call: handlers pass it to the system of record.
     idempotency_key: str
