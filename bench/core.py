@@ -1,0 +1,345 @@
+"""Benchmark (a): the pipeline core in-process, against a naive loop with no checks.
+
+Both sides get the same raw calls, as a model would emit them: a tool name and its arguments as
+JSON text. The core runs them through `dispatch.pipeline.Pipeline` on `InMemoryState` with the
+order tools on an `InMemoryOrderBook`, with the real clock, sleep and ids. The naive loop does
+what an integration without Toolgate does: `json.loads` the arguments and calls the tool's
+handler directly, with no schema, no idempotency, no business check, no policy and no audit;
+a call that crashes the handler is caught and counted.
+
+The mix is fixed and seeded. Every session holds 20 calls (a new session id every 20 calls, so the
+step budget is never reached), and each session is made of exactly:
+
+    8  get_order of an existing order                                   40%  OK
+    4  refund_order below the auto-approve amount (distinct amounts)    20%  OK (really executed)
+    2  refund_order at or above it                                      10%  CONFIRMATION_REQUIRED
+    6  bad calls, the kinds taken in turn from the 7 below              30%
+
+    invalid_json     arguments that are not JSON (cut off)              INVALID_JSON
+    float_amount     amount_cents 25.9 instead of 2590                  INVALID_ARGUMENTS
+    wrong_currency   a refund in USD on an order in BRL                 CURRENCY_MISMATCH
+    invented_order   an order id that does not exist                    ORDER_NOT_FOUND
+    extra_field      an argument the tool does not take                 INVALID_ARGUMENTS
+    unknown_tool     a tool that does not exist                         UNKNOWN_TOOL
+    replay           an exact repeat of a refund of the same session    OK, replayed
+
+The 20 calls of a session are shuffled with a seeded RNG (a replay always comes after the refund
+it repeats). Before timing, one pass checks that every call gets the code the mix intends.
+
+Each round runs every call once, the core on a fresh state and book built outside the timing;
+core and naive rounds alternate. The best round is the figure (other processes can only add
+time), the median is printed beside it. The garbage collector stays on.
+
+Run: `.venv/bin/python -m bench.core [--calls N] [--rounds R] [--seed S] [--json]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dispatch.pipeline import InMemoryState, Pipeline, Policy, ToolCall, ToolRegistry
+from dispatch.pipeline.tools import ExecutionContext
+from orders.book import InMemoryOrderBook
+from orders.tools import order_tools
+
+TARGET_US = 25.0
+SESSION_CALLS = 20
+AGENT = "bench-agent"
+CUSTOMER = "CUS-1"
+ORDERS = tuple(f"ORD-{1001 + n}" for n in range(8))
+# Large enough that the refunds of every round keep succeeding.
+ORDER_TOTAL_CENTS = 10**13
+AUTO_APPROVE_BELOW_CENTS = 5_000
+
+BAD_KINDS = (
+    "invalid_json",
+    "float_amount",
+    "wrong_currency",
+    "invented_order",
+    "extra_field",
+    "unknown_tool",
+    "replay",
+)
+SESSION_MIX = (
+    ("get_order", 8),
+    ("refund_auto", 4),
+    ("refund_held", 2),
+    ("bad", 6),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    kind: str
+    session_id: str
+    tool: str
+    arguments: str
+    # The result code the core must give (checked once before timing).
+    expect: str
+
+
+def policy() -> Policy:
+    return Policy(
+        version=1,
+        allowed_tools=frozenset({"get_order", "refund_order"}),
+        max_amount_cents=1_000_000,
+        auto_approve_below_cents=AUTO_APPROVE_BELOW_CENTS,
+        two_reviewers_from_cents=200_000,
+        step_budget=1_000,
+        repeat_limit=1_000,
+    )
+
+
+def new_book() -> InMemoryOrderBook:
+    book = InMemoryOrderBook()
+    for order_id in ORDERS:
+        book.add(order_id, CUSTOMER, ORDER_TOTAL_CENTS, "BRL")
+    return book
+
+
+def new_pipeline() -> tuple[Pipeline, InMemoryState, InMemoryOrderBook]:
+    """The core as the tests build it, but with the real clock, sleep and ids."""
+    book = new_book()
+    registry = ToolRegistry()
+    for spec in order_tools(book):
+        registry.register(spec)
+    state = InMemoryState()
+    return Pipeline(registry, state), state, book
+
+
+def _args(**values: Any) -> str:
+    return json.dumps(values)
+
+
+def make_calls(count: int, seed: int) -> list[Call]:
+    """`count` calls (rounded up to whole sessions) in the mix described at the top."""
+    rng = random.Random(seed)
+    calls: list[Call] = []
+    bad_turn = 0
+    amount = 0
+    sessions = -(-count // SESSION_CALLS)
+    for number in range(sessions):
+        session_id = f"bench-{number}"
+        kinds = [kind for kind, times in SESSION_MIX for _ in range(times)]
+        for position, kind in enumerate(kinds):
+            if kind == "bad":
+                kinds[position] = BAD_KINDS[bad_turn % len(BAD_KINDS)]
+                bad_turn += 1
+        rng.shuffle(kinds)
+        if "replay" in kinds:
+            # The refund it repeats must come first.
+            replay, first = kinds.index("replay"), kinds.index("refund_auto")
+            if first > replay:
+                kinds[first], kinds[replay] = kinds[replay], kinds[first]
+        last_refund: str | None = None
+        for kind in kinds:
+            order_id = rng.choice(ORDERS)
+            tool, expect = "refund_order", "OK"
+            if kind == "get_order":
+                tool, arguments = "get_order", _args(order_id=order_id)
+            elif kind in ("refund_auto", "refund_held"):
+                amount += 1
+                cents = amount % 4_000 + 1
+                if kind == "refund_held":
+                    cents += AUTO_APPROVE_BELOW_CENTS
+                    expect = "CONFIRMATION_REQUIRED"
+                arguments = _args(
+                    order_id=order_id, amount_cents=cents, currency="BRL", reason="damaged"
+                )
+                if kind == "refund_auto":
+                    last_refund = arguments
+            elif kind == "invalid_json":
+                # Cut off mid-object, as a model that ran out of tokens leaves it.
+                arguments = '{"order_id": "' + order_id + '", "amount_cents": 12'
+                expect = "INVALID_JSON"
+            elif kind == "float_amount":
+                arguments = _args(
+                    order_id=order_id, amount_cents=25.9, currency="BRL", reason="damaged"
+                )
+                expect = "INVALID_ARGUMENTS"
+            elif kind == "wrong_currency":
+                arguments = _args(
+                    order_id=order_id, amount_cents=990, currency="USD", reason="damaged"
+                )
+                expect = "CURRENCY_MISMATCH"
+            elif kind == "invented_order":
+                tool, arguments = "get_order", _args(order_id="ORD-99999")
+                expect = "ORDER_NOT_FOUND"
+            elif kind == "extra_field":
+                tool, arguments = "get_order", _args(order_id=order_id, include="history")
+                expect = "INVALID_ARGUMENTS"
+            elif kind == "unknown_tool":
+                tool, arguments = "cancel_order", _args(order_id=order_id)
+                expect = "UNKNOWN_TOOL"
+            elif kind == "replay":
+                assert last_refund is not None
+                arguments = last_refund
+            else:  # pragma: no cover - the mix above is closed
+                raise AssertionError(kind)
+            calls.append(Call(kind, session_id, tool, arguments, expect))
+    return calls
+
+
+def tool_calls(calls: Sequence[Call]) -> list[ToolCall]:
+    return [ToolCall(AGENT, c.session_id, CUSTOMER, c.tool, c.arguments) for c in calls]
+
+
+def verify(calls: Sequence[Call]) -> tuple[Counter[str], int]:
+    """One untimed pass on a fresh core: every call must get the code the mix intends.
+
+    Returns the codes and how many refunds took effect.
+    """
+    pipeline, state, book = new_pipeline()
+    rules = policy()
+    codes: Counter[str] = Counter()
+    for call, tool_call in zip(calls, tool_calls(calls), strict=True):
+        result = pipeline.run(tool_call, rules)
+        replayed = call.kind == "replay"
+        if result.code != call.expect or result.replayed != replayed:
+            raise SystemExit(
+                f"bench/core.py: {call.kind} got {result.code} (replayed={result.replayed}), "
+                f"expected {call.expect}: {result.message}"
+            )
+        codes[result.code + (" (replayed)" if result.replayed else "")] += 1
+    if len(state.audit) != len(calls):
+        raise SystemExit("bench/core.py: the audit does not hold one record per call")
+    return codes, len(book.receipts)
+
+
+def time_core(calls: Sequence[Call]) -> float:
+    """Seconds to run every call through a fresh core (built outside the timing)."""
+    pipeline, _, _ = new_pipeline()
+    run, rules = pipeline.run, policy()
+    batch = tool_calls(calls)
+    gc.collect()
+    started = time.perf_counter()
+    for tool_call in batch:
+        run(tool_call, rules)
+    return time.perf_counter() - started
+
+
+def time_naive(calls: Sequence[Call]) -> tuple[float, int, int]:
+    """Seconds for the naive loop on the same calls, how many crashed it, and refunds made."""
+    book = new_book()
+    handlers = {spec.name: (spec.handler, spec.arguments) for spec in order_tools(book)}
+    batch = [(c.tool, c.arguments) for c in calls]
+    crashed = 0
+    loads = json.loads
+    gc.collect()
+    started = time.perf_counter()
+    for number, (tool, raw) in enumerate(batch):
+        try:
+            handler, model = handlers[tool]
+            # No checks at all: the parsed values go to the handler as they are.
+            handler(model.model_construct(**loads(raw)), ExecutionContext(CUSTOMER, f"n{number}"))
+        except Exception:
+            crashed += 1
+    return time.perf_counter() - started, crashed, len(book.receipts)
+
+
+def _figures(seconds: Sequence[float], count: int) -> dict[str, Any]:
+    best, median = min(seconds), statistics.median(seconds)
+    return {
+        "us_per_call": best / count * 1e6,
+        "calls_per_s": count / best,
+        "median_us_per_call": median / count * 1e6,
+        "median_calls_per_s": count / median,
+        "rounds_us_per_call": [round(s / count * 1e6, 3) for s in seconds],
+    }
+
+
+def measure(count: int, rounds: int, seed: int) -> dict[str, Any]:
+    calls = make_calls(count, seed)
+    codes, core_refunds = verify(calls)  # also the core's warm-up
+    time_naive(calls)  # the naive loop's warm-up
+    core_s: list[float] = []
+    naive_s: list[float] = []
+    crashed = naive_refunds = 0
+    for _ in range(rounds):
+        # Alternated, so that a change in the machine's load hits both alike.
+        core_s.append(time_core(calls))
+        seconds, crashed, naive_refunds = time_naive(calls)
+        naive_s.append(seconds)
+    core, naive = _figures(core_s, len(calls)), _figures(naive_s, len(calls))
+    return {
+        "benchmark": "core",
+        "calls": len(calls),
+        "rounds": rounds,
+        "seed": seed,
+        "statistic": "best of rounds (median also given)",
+        "mix": dict(Counter(c.kind for c in calls)),
+        "core": {**core, "codes": dict(codes), "refunds_executed": core_refunds},
+        "naive": {**naive, "crashed_calls": crashed, "refunds_executed": naive_refunds},
+        "ratio": core["us_per_call"] / naive["us_per_call"],
+        "median_ratio": core["median_us_per_call"] / naive["median_us_per_call"],
+        "target_us_per_call": TARGET_US,
+        "target_met": core["us_per_call"] < TARGET_US,
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {_cpus()} CPUs",
+        "gc": "enabled",
+    }
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
+
+
+def render(result: Mapping[str, Any]) -> str:
+    core, naive = result["core"], result["naive"]
+
+    def row(name: str, figures: Mapping[str, Any]) -> str:
+        return (
+            f"  {name:26}{figures['calls_per_s']:>10,.0f}{figures['us_per_call']:>9.2f}"
+            f"{figures['median_us_per_call']:>10.2f}"
+        )
+
+    verdict = "met" if result["target_met"] else "NOT met"
+    return "\n".join(
+        [
+            f"(a) core in-process: {result['calls']} calls, best of {result['rounds']} rounds "
+            f"(Python {result['python']}, {result['machine']})",
+            f"  {'':26}{'calls/s':>10}{'us/call':>9}{'median':>10}",
+            row("core  Pipeline.run", core),
+            row("naive loads + handler", naive),
+            f"  ratio core/naive time: {result['ratio']:.1f}x "
+            f"(median {result['median_ratio']:.1f}x); "
+            f"target < {result['target_us_per_call']:.0f} us/call: {verdict}",
+            "  core outcomes: "
+            + ", ".join(f"{code} {n}" for code, n in sorted(core["codes"].items())),
+            f"  refunds executed: core {core['refunds_executed']}, "
+            f"naive {naive['refunds_executed']}; "
+            f"the naive loop crashed on {naive['crashed_calls']} calls",
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="bench.core", description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=5_000, help="calls per round")
+    parser.add_argument("--rounds", type=int, default=20, help="timed rounds of each side")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--quiet", action="store_true", help="print nothing, return the results")
+    options = parser.parse_args(argv)
+    result = measure(max(options.calls, SESSION_CALLS), max(options.rounds, 1), options.seed)
+    if options.json:
+        print(json.dumps(result, indent=2))
+    elif not options.quiet:
+        print(render(result))
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

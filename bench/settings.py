@@ -1,0 +1,55 @@
+"""Settings for benchmark (b), the API under gunicorn: production's, on the bench database.
+
+Only what a benchmark needs differs from production: plain HTTP on 127.0.0.1, a throttle rate no
+load reaches, persistent database connections, quiet logging, and the `bench` app with the bare
+endpoint's one table. `python -m bench.api` starts gunicorn with this module.
+"""
+
+import os
+
+# Production insists on a secret from the environment; the bench serves nothing real.
+os.environ.setdefault("SECRET_KEY", "bench-only-insecure-secret-key-never-used-in-production")
+
+from toolgate.settings.production import *  # noqa: F403
+from toolgate.settings.production import INSTALLED_APPS, REST_FRAMEWORK, env
+
+DEBUG = False
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+# Plain HTTP on loopback: no TLS-terminating proxy in front.
+SECURE_SSL_REDIRECT = False
+
+DATABASES = {
+    "default": {
+        **env.db_url_config(
+            env("BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/toolgate_bench")
+        ),
+        # Persistent connections, as a deployment behind gunicorn sets CONN_MAX_AGE.
+        "CONN_MAX_AGE": 600,
+        # `python -m bench.api --prepared-statements`: what if psycopg bound parameters on the
+        # server and prepared the statements a connection repeats (Django's default: neither).
+        "OPTIONS": (
+            {"server_side_binding": True, "prepare_threshold": 5}
+            if env.bool("BENCH_PREPARED_STATEMENTS", default=False)
+            else {}
+        ),
+    }
+}
+
+INSTALLED_APPS = [*INSTALLED_APPS, "bench"]
+ROOT_URLCONF = "bench.urls"
+
+# The throttle still runs on every request (as in production), but never refuses one.
+TOOLGATE_AGENT_THROTTLE_RATE = "1000000000/s"
+REST_FRAMEWORK = {
+    **REST_FRAMEWORK,
+    "DEFAULT_THROTTLE_RATES": {"agent": TOOLGATE_AGENT_THROTTLE_RATE},
+}
+
+TOOLGATE_GATEWAY_FAULTS = False
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+}
