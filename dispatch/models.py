@@ -84,7 +84,10 @@ class Policy(models.Model):
 class Session(models.Model):
     """A conversation of an agent, bound on its first call to the customer the host vouched for."""
 
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="sessions")
+    # Indexed by the (agent, session_id) constraint: a second index would only slow inserts.
+    agent = models.ForeignKey(
+        Agent, on_delete=models.CASCADE, related_name="sessions", db_index=False
+    )
     session_id = models.CharField(max_length=128)
     customer_id = models.CharField(max_length=64)
     steps = models.PositiveIntegerField(default=0)
@@ -112,7 +115,8 @@ class IdempotencyRecord(models.Model):
     """One per idempotency key: how often it was sent, where it stands, what to replay."""
 
     key = models.CharField(max_length=64, primary_key=True)
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    # Records are found by key only; an index on the agent would be written and never read.
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
     session_id = models.CharField(max_length=128)
     tool = models.CharField(max_length=64)
     status = models.CharField(max_length=16, choices=IdempotencyStatus.choices)
@@ -132,7 +136,10 @@ class AuditRecord(models.Model):
 
     call_id = models.CharField(max_length=32, unique=True)
     at = models.DateTimeField(db_index=True)
-    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="audit_records")
+    # Indexed by audit_session_idx, which leads with the agent.
+    agent = models.ForeignKey(
+        Agent, on_delete=models.PROTECT, related_name="audit_records", db_index=False
+    )
     session_id = models.CharField(max_length=128)
     customer_id = models.CharField(max_length=64)
     step = models.PositiveIntegerField(null=True)
