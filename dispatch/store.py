@@ -24,9 +24,13 @@ from dispatch.models import AuditRecord, IdempotencyRecord, Session
 from dispatch.pipeline.state import (
     AuditEntry,
     Claim,
+    ClaimRequest,
     KeyStatus,
+    Opening,
     PendingConfirmation,
     SessionConflict,
+    Settlement,
+    Verdict,
     decide_claim,
 )
 
@@ -47,6 +51,8 @@ _NEW_SESSION_SQL = f"""
     RETURNING steps
 """
 
+_CLAIM_COLUMNS = "status, attempts, result, confirmation_id, confirmation_expires_at, created_at"
+
 # A new key is inserted in the status the decision table gives it (a write's is in progress at
 # once); an existing one is counted and returned for the decision.
 _CLAIM_SQL = f"""
@@ -55,7 +61,27 @@ _CLAIM_SQL = f"""
     VALUES (%s, %s, %s, %s, %s, %s, '', %s, %s)
     ON CONFLICT (key) DO UPDATE
         SET attempts = {_RECORD}.attempts + %s, updated_at = excluded.updated_at
-    RETURNING status, attempts, result, confirmation_id, confirmation_expires_at, created_at
+    RETURNING {_CLAIM_COLUMNS}
+"""
+
+# On PostgreSQL a call opens in one statement: the step of an existing session is counted and,
+# if it is within the budget, the key is claimed as _CLAIM_SQL does. No row: the session is new,
+# or bound to another customer, and the statements above take over.
+_OPEN_SQL = f"""
+    WITH step AS (
+        UPDATE {_SESSION} SET steps = steps + 1, last_call_at = %s
+        WHERE agent_id = %s AND session_id = %s AND customer_id = %s
+        RETURNING steps
+    ), claimed AS (
+        INSERT INTO {_RECORD}
+            (key, agent_id, session_id, tool, status, attempts, confirmation_id,
+             created_at, updated_at)
+        SELECT %s, %s, %s, %s, %s, %s, '', %s, %s FROM step WHERE step.steps <= %s
+        ON CONFLICT (key) DO UPDATE
+            SET attempts = {_RECORD}.attempts + %s, updated_at = excluded.updated_at
+        RETURNING {_CLAIM_COLUMNS}
+    )
+    SELECT step.steps, claimed.* FROM step LEFT JOIN claimed ON true
 """
 
 _SETTLE_SQL = f"UPDATE {_RECORD} SET status = %s, result = %s, updated_at = %s WHERE key = %s"
@@ -68,6 +94,8 @@ _AUDIT_SQL = (
     f"({', '.join(connection.ops.quote_name(str(field.column)) for field in _AUDIT_FIELDS)}) "
     f"VALUES ({', '.join(['%s'] * len(_AUDIT_FIELDS))})"
 )
+# On PostgreSQL a call ends in one statement: the key is settled in a data-modifying WITH.
+_SETTLED_AUDIT_SQL = f"WITH settled AS ({_SETTLE_SQL}) {_AUDIT_SQL}"
 
 
 def _db_now(now: datetime) -> Any:
@@ -88,7 +116,72 @@ def _as_json(value: Any) -> Mapping[str, Any] | None:
     return loaded if isinstance(loaded, Mapping) else None
 
 
+def _one_statement() -> bool:
+    # Data-modifying WITH is PostgreSQL's; SQLite runs the same work as separate statements.
+    return bool(connection.vendor == "postgresql")
+
+
 class OrmState:
+    def open_call(
+        self,
+        *,
+        agent_id: str,
+        session_id: str,
+        customer_id: str,
+        step_budget: int,
+        claim: ClaimRequest | None,
+    ) -> Opening:
+        if claim is not None and _one_statement():
+            increment = 1
+            first_verdict, first_status = _first_decision(claim, increment)
+            stamp = _db_now(claim.now)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    _OPEN_SQL,
+                    [
+                        stamp,
+                        int(agent_id),
+                        session_id,
+                        customer_id,
+                        claim.key,
+                        int(agent_id),
+                        session_id,
+                        claim.tool,
+                        first_status.value,
+                        increment,
+                        stamp,
+                        stamp,
+                        step_budget,
+                        increment,
+                    ],
+                )
+                row = cursor.fetchone()
+            if row is not None:
+                steps = int(row[0])
+                if steps > step_budget:
+                    return Opening(steps, None)
+                return Opening(
+                    steps,
+                    self._decide(
+                        row[1:], claim, agent_id, session_id, increment, first_verdict, first_status
+                    ),
+                )
+        steps = self.next_step(agent_id=agent_id, session_id=session_id, customer_id=customer_id)
+        if claim is None or steps > step_budget:
+            return Opening(steps, None)
+        return Opening(
+            steps,
+            self.claim(
+                key=claim.key,
+                agent_id=agent_id,
+                session_id=session_id,
+                tool=claim.tool,
+                exclusive=claim.exclusive,
+                repeat_limit=claim.repeat_limit,
+                now=claim.now,
+            ),
+        )
+
     def next_step(self, *, agent_id: str, session_id: str, customer_id: str) -> int:
         now = datetime.now(UTC)
         params = [_db_now(now), int(agent_id), session_id, customer_id]
@@ -120,88 +213,104 @@ class OrmState:
         now: datetime,
         count: bool = True,
     ) -> Claim:
+        request = ClaimRequest(key, tool, exclusive, repeat_limit, now)
         increment = 1 if count else 0
+        first_verdict, first_status = _first_decision(request, increment)
         stamp = _db_now(now)
-        # What the decision table makes of a key seen for the first time.
-        first_verdict, first_status = decide_claim(
-            status=KeyStatus.OPEN,
-            attempts=increment,
-            repeat_limit=repeat_limit,
-            exclusive=exclusive,
-            confirmation_live=False,
-        )
         with connection.cursor() as cursor:
-            while True:
-                cursor.execute(
-                    _CLAIM_SQL,
-                    [
-                        key,
-                        int(agent_id),
-                        session_id,
-                        tool,
-                        first_status.value,
-                        increment,
-                        stamp,
-                        stamp,
-                        increment,
-                    ],
-                )
-                status_text, attempts, result, confirmation_id, expires_at, created_at = (
-                    cursor.fetchone()
-                )
-                status = KeyStatus(status_text)
-                if (
-                    count
-                    and attempts == increment
-                    and status is first_status
-                    and _as_datetime(created_at) == now
-                ):
-                    # Inserted by this very statement (an existing key would count 2 or more):
-                    # already in the status its decision gives it, so no compare-and-set.
-                    return Claim(verdict=first_verdict, attempts=attempts, previous=KeyStatus.OPEN)
-                expiry = _as_datetime(expires_at)
-                verdict, new_status = decide_claim(
-                    status=status,
-                    attempts=attempts,
-                    repeat_limit=repeat_limit,
-                    exclusive=exclusive,
-                    confirmation_live=expiry is not None and expiry > now,
-                )
-                if new_status is not status:
+            cursor.execute(
+                _CLAIM_SQL,
+                [
+                    key,
+                    int(agent_id),
+                    session_id,
+                    tool,
+                    first_status.value,
+                    increment,
+                    stamp,
+                    stamp,
+                    increment,
+                ],
+            )
+            row = cursor.fetchone()
+        return self._decide(
+            row, request, agent_id, session_id, increment, first_verdict, first_status
+        )
+
+    def _decide(
+        self,
+        row: Any,
+        request: ClaimRequest,
+        agent_id: str,
+        session_id: str,
+        increment: int,
+        first_verdict: Verdict,
+        first_status: KeyStatus,
+    ) -> Claim:
+        """Apply the decision table to a key's row as the claim statement returned it."""
+        key, now = request.key, request.now
+        while True:
+            status_text, attempts, result, confirmation_id, expires_at, created_at = row
+            status = KeyStatus(status_text)
+            if (
+                increment
+                and attempts == increment
+                and status is first_status
+                and _as_datetime(created_at) == now
+            ):
+                # Inserted by this very statement (an existing key would count 2 or more):
+                # already in the status its decision gives it, so no compare-and-set.
+                return Claim(verdict=first_verdict, attempts=attempts, previous=KeyStatus.OPEN)
+            expiry = _as_datetime(expires_at)
+            verdict, new_status = decide_claim(
+                status=status,
+                attempts=attempts,
+                repeat_limit=request.repeat_limit,
+                exclusive=request.exclusive,
+                confirmation_live=expiry is not None and expiry > now,
+            )
+            if new_status is not status:
+                with connection.cursor() as cursor:
                     # Compare-and-set: only one of two racing twins moves the key on.
                     cursor.execute(
                         f"UPDATE {_RECORD} SET status = %s WHERE key = %s AND status = %s",
                         [new_status.value, key, status.value],
                     )
-                    if cursor.rowcount != 1:
+                    moved = cursor.rowcount == 1
+                    if not moved:
+                        # The twin moved it first: read the key again, without counting twice.
                         increment = 0
+                        stamp = _db_now(now)
+                        cursor.execute(
+                            _CLAIM_SQL,
+                            [
+                                key,
+                                int(agent_id),
+                                session_id,
+                                request.tool,
+                                first_status.value,
+                                0,
+                                stamp,
+                                stamp,
+                                0,
+                            ],
+                        )
+                        row = cursor.fetchone()
                         continue
-                confirmation = (
-                    _pending(confirmation_id)
-                    if confirmation_id and verdict.value == "held"
-                    else None
-                )
-                return Claim(
-                    verdict=verdict,
-                    attempts=attempts,
-                    previous=status,
-                    result=_as_json(result),
-                    confirmation=confirmation,
-                )
-
-    def settle(
-        self, *, key: str, status: KeyStatus, result: Mapping[str, Any] | None = None
-    ) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _SETTLE_SQL,
-                [
-                    status.value,
-                    _RESULT_FIELD.get_db_prep_save(result, connection),
-                    _db_now(datetime.now(UTC)),
-                    key,
-                ],
+            confirmation = (
+                _pending(confirmation_id) if confirmation_id and verdict is Verdict.HELD else None
             )
+            return Claim(
+                verdict=verdict,
+                attempts=attempts,
+                previous=status,
+                result=_as_json(result),
+                confirmation=confirmation,
+            )
+
+    def settle(self, settlement: Settlement) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(_SETTLE_SQL, _settle_params(settlement))
 
     def hold(self, confirmation: PendingConfirmation) -> None:
         with transaction.atomic():
@@ -227,7 +336,7 @@ class OrmState:
                 updated_at=confirmation.created_at,
             )
 
-    def record(self, entry: AuditEntry) -> None:
+    def record(self, entry: AuditEntry, settlement: Settlement | None = None) -> None:
         values = {
             "call_id": entry.call_id,
             "at": entry.at,
@@ -252,7 +361,33 @@ class OrmState:
             field.get_db_prep_save(values[field.attname], connection) for field in _AUDIT_FIELDS
         ]
         with connection.cursor() as cursor:
-            cursor.execute(_AUDIT_SQL, params)
+            if settlement is None:
+                cursor.execute(_AUDIT_SQL, params)
+            elif _one_statement():
+                cursor.execute(_SETTLED_AUDIT_SQL, [*_settle_params(settlement), *params])
+            else:
+                cursor.execute(_SETTLE_SQL, _settle_params(settlement))
+                cursor.execute(_AUDIT_SQL, params)
+
+
+def _first_decision(request: ClaimRequest, increment: int) -> tuple[Verdict, KeyStatus]:
+    """What the decision table makes of a key seen for the first time."""
+    return decide_claim(
+        status=KeyStatus.OPEN,
+        attempts=increment,
+        repeat_limit=request.repeat_limit,
+        exclusive=request.exclusive,
+        confirmation_live=False,
+    )
+
+
+def _settle_params(settlement: Settlement) -> list[Any]:
+    return [
+        settlement.status.value,
+        _RESULT_FIELD.get_db_prep_save(settlement.result, connection),
+        _db_now(datetime.now(UTC)),
+        settlement.key,
+    ]
 
 
 def _storable(text: str) -> str:

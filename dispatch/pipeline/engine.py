@@ -24,9 +24,11 @@ from dispatch.pipeline.policy import Policy
 from dispatch.pipeline.results import CallResult, compact_json, make_result
 from dispatch.pipeline.state import (
     AuditEntry,
+    ClaimRequest,
     KeyStatus,
     PendingConfirmation,
     SessionConflict,
+    Settlement,
     StatePort,
     Verdict,
 )
@@ -95,6 +97,17 @@ class _Trace:
     arguments: Mapping[str, Any] | None = None
     key: str | None = None
     confirmation_id: str | None = None
+    settlement: Settlement | None = None
+
+
+class _Checked(NamedTuple):
+    """A call that passed stages 1 to 3: its tool, its arguments and its idempotency key."""
+
+    spec: ToolSpec[Any]
+    arguments: BaseModel
+    validated: Mapping[str, Any]
+    canonical: str
+    key: str
 
 
 class Execution(NamedTuple):
@@ -162,77 +175,53 @@ class Pipeline:
             policy.version,
             (self.monotonic() - started) * 1000.0,  # duration_ms
         )
-        self.state.record(entry)
+        self.state.record(entry, trace.settlement)
         return result
 
     def _run(self, call: ToolCall, policy: Policy, call_id: str, trace: _Trace) -> CallResult:
         def reject(code: Code, message: str) -> CallResult:
             return make_result(call_id=call_id, tool=call.tool, code=code, message=message)
 
+        # Stages 1 to 3 need nothing but the call, so they run before the step is counted: the
+        # store then counts the step and claims the key in one request. Their verdict still
+        # comes second, as a call over its budget is refused whatever it holds.
+        checked = self._stages_1_to_3(call, policy, reject)
+
         # 0. Step budget: the cheapest check, and it bounds every loop an agent can get into.
-        trace.step = self.state.next_step(
-            agent_id=call.agent_id, session_id=call.session_id, customer_id=call.customer_id
+        opening = self.state.open_call(
+            agent_id=call.agent_id,
+            session_id=call.session_id,
+            customer_id=call.customer_id,
+            step_budget=policy.step_budget,
+            claim=(
+                ClaimRequest(
+                    checked.key,
+                    checked.spec.name,
+                    checked.spec.writes,
+                    policy.repeat_limit,
+                    self.clock(),
+                )
+                if isinstance(checked, _Checked)
+                else None
+            ),
         )
-        if trace.step > policy.step_budget:
+        trace.step = opening.step
+        if opening.step > policy.step_budget:
             return reject(
                 codes.STEP_LIMIT,
                 f"This session has used its budget of {policy.step_budget} calls; "
                 "hand the conversation over to a human.",
             )
-
-        # 1. Known tool, and on this agent's allowlist.
-        spec = self.registry.get(call.tool)
-        if spec is None:
-            offered = sorted(t.name for t in self.registry if t.name in policy.allowed_tools)
-            return reject(
-                codes.UNKNOWN_TOOL,
-                f"tool: no tool is named {call.tool[:64]!r} "
-                f"(the tools you can call are: {', '.join(offered) or 'none'})",
-            )
-        if spec.name not in policy.allowed_tools:
-            return reject(
-                codes.TOOL_NOT_ALLOWED, f"tool: {spec.name} is not allowed for this agent"
-            )
-
-        # 2. One strict JSON object within the size limit.
-        try:
-            if isinstance(call.arguments, str):
-                document = loads_object(call.arguments, max_bytes=self.limits.max_argument_bytes)
-            else:
-                document = check_object(call.arguments, max_bytes=self.limits.max_argument_bytes)
-        except StrictJSONError as exc:
-            return reject(
-                codes.INVALID_JSON,
-                f"arguments: {exc} (send exactly one JSON object with the fields: "
-                f"{', '.join(spec.arguments.model_fields)})",
-            )
-
-        # 3. The tool's schema, strictly: no coercion, no unknown fields.
-        # model_validate and model_dump, minus pydantic's Python wrappers (half their cost).
-        try:
-            arguments: BaseModel = spec.arguments.__pydantic_validator__.validate_python(
-                document, strict=True
-            )
-        except ValidationError as exc:
-            return reject(codes.INVALID_ARGUMENTS, describe_validation_error(spec.arguments, exc))
-        validated = arguments.__pydantic_serializer__.to_python(arguments, mode="json")
-        canonical = canonical_json(validated)
-        key = idempotency_key(
-            agent_id=call.agent_id, session_id=call.session_id, tool=spec.name, canonical=canonical
-        )
+        if not isinstance(checked, _Checked):
+            return checked
+        spec, arguments, validated, canonical, key = checked
         trace.arguments = validated
         trace.key = key
+        claim = opening.claim
+        if claim is None:  # pragma: no cover - a store that breaks the port's contract
+            raise RuntimeError("the store counted the step but claimed no key")
 
         # 4. Idempotency: replay what completed, return what is held, stop what loops.
-        claim = self.state.claim(
-            key=key,
-            agent_id=call.agent_id,
-            session_id=call.session_id,
-            tool=spec.name,
-            exclusive=spec.writes,
-            repeat_limit=policy.repeat_limit,
-            now=self.clock(),
-        )
         if claim.verdict is _IN_PROGRESS:
             deadline = self.monotonic() + self.limits.in_progress_wait_seconds
             while claim.verdict is _IN_PROGRESS and self.monotonic() < deadline:
@@ -278,12 +267,58 @@ class Pipeline:
                     spec, arguments, validated, canonical, call, call_id, policy, trace
                 )
         except BaseException:
-            self.state.settle(key=key, status=_KEY_UNKNOWN if spec.writes else _KEY_OPEN)
+            self.state.settle(Settlement(key, _KEY_UNKNOWN if spec.writes else _KEY_OPEN))
             raise
         if outcome.status is not _KEY_HELD:
             stored = outcome.result.as_dict() if outcome.status is _KEY_COMPLETED else None
-            self.state.settle(key=key, status=outcome.status, result=stored)
+            # Written with the audit record, in the same request to the store.
+            trace.settlement = Settlement(key, outcome.status, stored)
         return outcome.result
+
+    def _stages_1_to_3(
+        self, call: ToolCall, policy: Policy, reject: Callable[[Code, str], CallResult]
+    ) -> _Checked | CallResult:
+        # 1. Known tool, and on this agent's allowlist.
+        spec = self.registry.get(call.tool)
+        if spec is None:
+            offered = sorted(t.name for t in self.registry if t.name in policy.allowed_tools)
+            return reject(
+                codes.UNKNOWN_TOOL,
+                f"tool: no tool is named {call.tool[:64]!r} "
+                f"(the tools you can call are: {', '.join(offered) or 'none'})",
+            )
+        if spec.name not in policy.allowed_tools:
+            return reject(
+                codes.TOOL_NOT_ALLOWED, f"tool: {spec.name} is not allowed for this agent"
+            )
+
+        # 2. One strict JSON object within the size limit.
+        try:
+            if isinstance(call.arguments, str):
+                document = loads_object(call.arguments, max_bytes=self.limits.max_argument_bytes)
+            else:
+                document = check_object(call.arguments, max_bytes=self.limits.max_argument_bytes)
+        except StrictJSONError as exc:
+            return reject(
+                codes.INVALID_JSON,
+                f"arguments: {exc} (send exactly one JSON object with the fields: "
+                f"{', '.join(spec.arguments.model_fields)})",
+            )
+
+        # 3. The tool's schema, strictly: no coercion, no unknown fields.
+        # model_validate and model_dump, minus pydantic's Python wrappers (half their cost).
+        try:
+            arguments: BaseModel = spec.arguments.__pydantic_validator__.validate_python(
+                document, strict=True
+            )
+        except ValidationError as exc:
+            return reject(codes.INVALID_ARGUMENTS, describe_validation_error(spec.arguments, exc))
+        validated = arguments.__pydantic_serializer__.to_python(arguments, mode="json")
+        canonical = canonical_json(validated)
+        key = idempotency_key(
+            agent_id=call.agent_id, session_id=call.session_id, tool=spec.name, canonical=canonical
+        )
+        return _Checked(spec, arguments, validated, canonical, key)
 
     def _stages_5_to_8(
         self,

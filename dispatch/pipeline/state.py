@@ -93,6 +93,30 @@ def decide_claim(
     return _OWNED, _KEY_IN_PROGRESS
 
 
+class ClaimRequest(NamedTuple):
+    """A key to claim when a call opens (see StatePort.open_call)."""
+
+    key: str
+    tool: str
+    exclusive: bool
+    repeat_limit: int
+    now: datetime
+
+
+class Opening(NamedTuple):
+    step: int
+    # None when no claim was asked for, or when the step is over the budget (nothing claimed).
+    claim: Claim | None
+
+
+class Settlement(NamedTuple):
+    """The status a call leaves its key in, with the result to replay; written with its audit."""
+
+    key: str
+    status: KeyStatus
+    result: Mapping[str, Any] | None = None
+
+
 class AuditEntry(NamedTuple):
     # The per-call records are NamedTuples: as immutable as a frozen dataclass, without its
     # object.__setattr__ for every field, which cost a tenth of the core's time.
@@ -116,8 +140,21 @@ class AuditEntry(NamedTuple):
 
 
 class StatePort(Protocol):
-    def next_step(self, *, agent_id: str, session_id: str, customer_id: str) -> int:
-        """Count one step of the session (binding it on first use) and return the new count."""
+    """What the core asks of a store. A call opens with one request and ends with another, so
+    that a store on a database can do each in one round trip: open_call counts the step and
+    claims the key, record appends the audit record and settles the key."""
+
+    def open_call(
+        self,
+        *,
+        agent_id: str,
+        session_id: str,
+        customer_id: str,
+        step_budget: int,
+        claim: ClaimRequest | None,
+    ) -> Opening:
+        """Count one step of the session (binding it on first use); then, only if the new count
+        is within step_budget, claim the key as claim() does. Raises SessionConflict."""
         ...
 
     def claim(
@@ -132,21 +169,21 @@ class StatePort(Protocol):
         now: datetime,
         count: bool = True,
     ) -> Claim:
-        """Atomically count a use of the key and apply decide_claim to its record."""
+        """Atomically count a use of the key and apply decide_claim to its record.
+
+        The core calls it again, with count=False, while an identical call is in progress."""
         ...
 
-    def settle(
-        self, *, key: str, status: KeyStatus, result: Mapping[str, Any] | None = None
-    ) -> None:
-        """Leave the key in its final status for this call (with the result to replay)."""
+    def settle(self, settlement: Settlement) -> None:
+        """Leave the key in its final status at once (a call that failed mid-way does)."""
         ...
 
     def hold(self, confirmation: PendingConfirmation) -> None:
         """Store a pending confirmation and mark its key held, together."""
         ...
 
-    def record(self, entry: AuditEntry) -> None:
-        """Append one audit record."""
+    def record(self, entry: AuditEntry, settlement: Settlement | None = None) -> None:
+        """Append one audit record, and settle the call's key with it when there is one."""
         ...
 
 
@@ -168,13 +205,27 @@ class InMemoryState:
     audit: list[AuditEntry] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def next_step(self, *, agent_id: str, session_id: str, customer_id: str) -> int:
+    def open_call(
+        self,
+        *,
+        agent_id: str,
+        session_id: str,
+        customer_id: str,
+        step_budget: int,
+        claim: ClaimRequest | None,
+    ) -> Opening:
         with self._lock:
             bound, steps = self.sessions.get((agent_id, session_id), (customer_id, 0))
             if bound != customer_id:
                 raise SessionConflict(session_id)
-            self.sessions[agent_id, session_id] = (bound, steps + 1)
-            return steps + 1
+            steps += 1
+            self.sessions[agent_id, session_id] = (bound, steps)
+            if claim is None or steps > step_budget:
+                return Opening(steps, None)
+            return Opening(
+                steps,
+                self._claim(claim.key, claim.exclusive, claim.repeat_limit, claim.now, count=True),
+            )
 
     def claim(
         self,
@@ -189,33 +240,39 @@ class InMemoryState:
         count: bool = True,
     ) -> Claim:
         with self._lock:
-            record = self.keys.get(key)
-            if record is None:
-                record = self.keys[key] = _KeyRecord(status=KeyStatus.OPEN)
-                previous = None
-            else:
-                previous = record.status
-            if count:
-                record.attempts += 1
-            confirmation = (
-                self.confirmations.get(record.confirmation_id) if record.confirmation_id else None
-            )
-            verdict, record.status = decide_claim(
-                status=previous,
-                attempts=record.attempts,
-                repeat_limit=repeat_limit,
-                exclusive=exclusive,
-                confirmation_live=confirmation is not None and confirmation.expires_at > now,
-            )
-            return Claim(verdict, record.attempts, previous, record.result, confirmation)
+            return self._claim(key, exclusive, repeat_limit, now, count=count)
 
-    def settle(
-        self, *, key: str, status: KeyStatus, result: Mapping[str, Any] | None = None
-    ) -> None:
+    def _claim(
+        self, key: str, exclusive: bool, repeat_limit: int, now: datetime, *, count: bool
+    ) -> Claim:
+        record = self.keys.get(key)
+        if record is None:
+            record = self.keys[key] = _KeyRecord(status=KeyStatus.OPEN)
+            previous = None
+        else:
+            previous = record.status
+        if count:
+            record.attempts += 1
+        confirmation = (
+            self.confirmations.get(record.confirmation_id) if record.confirmation_id else None
+        )
+        verdict, record.status = decide_claim(
+            status=previous,
+            attempts=record.attempts,
+            repeat_limit=repeat_limit,
+            exclusive=exclusive,
+            confirmation_live=confirmation is not None and confirmation.expires_at > now,
+        )
+        return Claim(verdict, record.attempts, previous, record.result, confirmation)
+
+    def settle(self, settlement: Settlement) -> None:
         with self._lock:
-            record = self.keys[key]
-            record.status = status
-            record.result = result
+            self._settle(settlement)
+
+    def _settle(self, settlement: Settlement) -> None:
+        record = self.keys[settlement.key]
+        record.status = settlement.status
+        record.result = settlement.result
 
     def hold(self, confirmation: PendingConfirmation) -> None:
         with self._lock:
@@ -224,8 +281,10 @@ class InMemoryState:
             record.status = KeyStatus.HELD
             record.confirmation_id = confirmation.confirmation_id
 
-    def record(self, entry: AuditEntry) -> None:
+    def record(self, entry: AuditEntry, settlement: Settlement | None = None) -> None:
         with self._lock:
+            if settlement is not None:
+                self._settle(settlement)
             self.audit.append(entry)
 
     def expire(self, confirmation_id: str, at: datetime) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from approvals.models import Confirmation
-from dispatch.models import Agent
+from dispatch.models import Agent, AuditRecord, IdempotencyRecord
 from orders.models import Order
 from orders.services import gateway_faults_set
 from tests.conftest import AgentClient, ClientFor, Ledger, MakeAgent
@@ -97,6 +97,10 @@ def test_it_stops_a_session_past_its_step_budget(
     assert result["retryable"] is False
     assert "budget of 2 calls" in result["message"]
     assert ledger.state() == (0, 0)
+    # The step is counted and audited, but no key is claimed for a call over its budget.
+    assert not IdempotencyRecord.objects.filter(tool="refund_order").exists()
+    audit = AuditRecord.objects.get(call_id=result["call_id"])
+    assert (audit.step, audit.key, audit.arguments) == (3, "", None)
     assert api.refund(1000, session="s-2")["ok"]
     assert ledger.state() == (1, 1000)
 

@@ -49,6 +49,20 @@ def test_it_stops_a_session_past_its_step_budget(harness: Harness) -> None:
     assert result.code == "STEP_LIMIT"
     assert not result.retryable
     assert harness.ledger_rows == 0
+    # Stages 1 to 3 ran before the step was counted, but a call over its budget claims no key
+    # and its audit record says nothing of its arguments.
+    assert len(harness.state.keys) == 1
+    audit = harness.state.audit[-1]
+    assert (audit.code, audit.step, audit.key, audit.arguments) == ("STEP_LIMIT", 3, None, None)
+
+
+def test_a_call_over_its_budget_is_refused_whatever_it_holds(harness: Harness) -> None:
+    policy = default_policy(step_budget=1)
+    assert harness.call("get_order", '{"order_id": "ORD-1001"}', policy=policy).ok
+
+    assert harness.call("get_order", '{"order_id": ', policy=policy).code == "STEP_LIMIT"
+    assert harness.call("cancel_order", "{}", policy=policy).code == "STEP_LIMIT"
+    assert harness.state.sessions["agent-1", "s-1"][1] == 3
 
 
 def test_the_step_budget_is_per_session(harness: Harness) -> None:
