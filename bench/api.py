@@ -393,12 +393,12 @@ def load_main(argv: Sequence[str]) -> None:
 # --- setting up: database, seed, gunicorn ----------------------------------------------------
 
 
-def _django_env(database_url: str, prepared_statements: bool = False) -> dict[str, str]:
+def _django_env(database_url: str, client_side_binding: bool = False) -> dict[str, str]:
     return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": SETTINGS_MODULE,
         "BENCH_DATABASE_URL": database_url,
-        "BENCH_PREPARED_STATEMENTS": "1" if prepared_statements else "0",
+        "DATABASE_SERVER_SIDE_BINDING": "0" if client_side_binding else "1",
         "PYTHONPATH": str(ROOT),
         # WhiteNoise warns that STATIC_ROOT does not exist: the API serves no static files.
         "PYTHONWARNINGS": "ignore:No directory at:UserWarning",
@@ -506,7 +506,7 @@ def start_gunicorn(
     worker_class: str,
     threads: int,
     log: Path,
-    prepared_statements: bool = False,
+    client_side_binding: bool = False,
 ) -> Server:
     port = free_port()
     command = [
@@ -526,7 +526,7 @@ def start_gunicorn(
         # (gunicorn turns sync workers into gthread ones when given threads.)
         command.append(f"--threads={threads}")
     process = subprocess.Popen(
-        command, cwd=ROOT, env=_django_env(database_url, prepared_statements)
+        command, cwd=ROOT, env=_django_env(database_url, client_side_binding)
     )
     return Server(process, port, log)
 
@@ -803,7 +803,7 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
         worker_class=options.worker_class,
         threads=options.threads,
         log=log,
-        prepared_statements=options.prepared_statements,
+        client_side_binding=options.client_side_binding,
     )
     # Throughput at the fixed concurrency, and latency at one connection (no queueing).
     phases: dict[str, list[dict[str, Any]]] = {"bare": [], "api": [], "bare_1": [], "api_1": []}
@@ -863,7 +863,11 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
             "latency_seconds_per_round": options.latency,
             "warmup_s": options.warmup,
             "database": f"{server_version}, CONN_MAX_AGE 600, database {options.database}"
-            + (", prepared statements" if options.prepared_statements else ""),
+            + (
+                ", client-side binding, nothing prepared"
+                if options.client_side_binding
+                else ", server-side binding, prepared statements"
+            ),
             "python": platform.python_version(),
             "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPUs",
             "load_average_before": [round(value, 2) for value in load_before],
@@ -999,9 +1003,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--database", default="toolgate_bench")
     parser.add_argument("--keep-database", action="store_true")
     parser.add_argument(
-        "--prepared-statements",
+        "--client-side-binding",
         action="store_true",
-        help="what if: psycopg binds parameters on the server and prepares repeated statements",
+        help="what if: Django's default, parameters bound by psycopg and no statement prepared",
     )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")

@@ -9,31 +9,21 @@ import os
 
 # Production insists on a secret from the environment; the bench serves nothing real.
 os.environ.setdefault("SECRET_KEY", "bench-only-insecure-secret-key-never-used-in-production")
+# The bench database, configured as production configures its own (server-side binding and
+# prepared statements included; DATABASE_SERVER_SIDE_BINDING=0 turns them off), with persistent
+# connections, as a deployment behind gunicorn sets CONN_MAX_AGE.
+os.environ["DATABASE_URL"] = os.environ.get(
+    "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/toolgate_bench"
+)
+os.environ["CONN_MAX_AGE"] = "600"
 
 from toolgate.settings.production import *  # noqa: F403
-from toolgate.settings.production import INSTALLED_APPS, REST_FRAMEWORK, env
+from toolgate.settings.production import INSTALLED_APPS, REST_FRAMEWORK
 
 DEBUG = False
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 # Plain HTTP on loopback: no TLS-terminating proxy in front.
 SECURE_SSL_REDIRECT = False
-
-DATABASES = {
-    "default": {
-        **env.db_url_config(
-            env("BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/toolgate_bench")
-        ),
-        # Persistent connections, as a deployment behind gunicorn sets CONN_MAX_AGE.
-        "CONN_MAX_AGE": 600,
-        # `python -m bench.api --prepared-statements`: what if psycopg bound parameters on the
-        # server and prepared the statements a connection repeats (Django's default: neither).
-        "OPTIONS": (
-            {"server_side_binding": True, "prepare_threshold": 5}
-            if env.bool("BENCH_PREPARED_STATEMENTS", default=False)
-            else {}
-        ),
-    }
-}
 
 INSTALLED_APPS = [*INSTALLED_APPS, "bench"]
 ROOT_URLCONF = "bench.urls"

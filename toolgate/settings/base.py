@@ -64,6 +64,13 @@ DATABASES = {
     "default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
 }
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=0)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Parameters are bound by the server, and a statement a connection runs again and again (the
+    # pipeline's every call) is prepared once, so PostgreSQL no longer parses and plans it anew.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        server_side_binding=env.bool("DATABASE_SERVER_SIDE_BINDING", default=True),
+        prepare_threshold=env.int("DATABASE_PREPARE_THRESHOLD", default=2),
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 CACHES = {"default": env.cache_url("CACHE_URL", default="locmemcache://")}
