@@ -94,6 +94,29 @@ _AUDIT_SQL = (
     f"({', '.join(connection.ops.quote_name(str(field.column)) for field in _AUDIT_FIELDS)}) "
     f"VALUES ({', '.join(['%s'] * len(_AUDIT_FIELDS))})"
 )
+# Strings, numbers and booleans go to the database as they are; the other values (JSON, datetimes)
+# are prepared by their field, as the ORM's insert would. Preparing every field cost a tenth of
+# the store's time on a call.
+_PLAIN_TYPES = {
+    "BigIntegerField",
+    "BooleanField",
+    "CharField",
+    "FloatField",
+    "IntegerField",
+    "PositiveIntegerField",
+    "PositiveSmallIntegerField",
+    "SmallIntegerField",
+    "TextField",
+}
+_AUDIT_PREPARE = [
+    (
+        field.attname,
+        None
+        if field.is_relation or field.get_internal_type() in _PLAIN_TYPES
+        else field.get_db_prep_save,
+    )
+    for field in _AUDIT_FIELDS
+]
 # On PostgreSQL a call ends in one statement: the key is settled in a data-modifying WITH.
 _SETTLED_AUDIT_SQL = f"WITH settled AS ({_SETTLE_SQL}) {_AUDIT_SQL}"
 
@@ -356,9 +379,9 @@ class OrmState:
             "policy_version": entry.policy_version,
             "duration_ms": entry.duration_ms,
         }
-        # Each value prepared by its field, as the ORM's insert would (JSON, datetimes).
         params = [
-            field.get_db_prep_save(values[field.attname], connection) for field in _AUDIT_FIELDS
+            values[name] if prepare is None else prepare(values[name], connection)
+            for name, prepare in _AUDIT_PREPARE
         ]
         with connection.cursor() as cursor:
             if settlement is None:
