@@ -5,13 +5,15 @@ most once, a repeated key returns the first receipt, and the ledger always adds 
 refunded_cents, which never passes its total.
 
 A lookup and a refund are on the hot path of most calls, so they are raw SQL (the same on
-PostgreSQL and SQLite): a lookup is one statement, a refund two, with no query compiled per call
-and no savepoint (benchmark (b) in docs/benchmarks.md).
+PostgreSQL and SQLite): a lookup is one statement, a refund one on PostgreSQL (two on SQLite, which
+has no data-modifying WITH), with no query compiled per call and no savepoint (benchmark (b) in
+docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -46,6 +48,20 @@ _LEDGER_SQL = f"""
     VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id
+"""
+
+# On PostgreSQL both in one statement (a data-modifying WITH): the ledger row is inserted only if
+# the order had room, and the answer says which of the two happened.
+_TAKE_AND_ENTER_SQL = f"""
+    WITH taken AS ({_TAKE_SQL}), entered AS (
+        INSERT INTO {_REFUND} (order_id, idempotency_key, amount_cents, currency, reason,
+            approved_by, refunded_cents_after, created_at)
+        SELECT taken.id, %s, %s, %s, %s, %s, taken.refunded_cents, %s FROM taken
+        ON CONFLICT (idempotency_key) DO NOTHING
+        RETURNING id
+    )
+    SELECT taken.id, taken.refunded_cents, taken.total_cents, entered.id
+    FROM taken LEFT JOIN entered ON true
 """
 
 _GIVE_BACK_SQL = f"UPDATE {_ORDER} SET refunded_cents = refunded_cents - %s WHERE id = %s"
@@ -111,25 +127,28 @@ class OrmOrderBook:
         # One transaction when called on its own; inside a call's transaction, no savepoint (two
         # round trips saved): nothing in it raises but a database error, which fails the call.
         inserted = None
+        take: list[Any] = [amount_cents, order_id, customer_id, currency, amount_cents]
+        now = connection.ops.adapt_datetimefield_value(datetime.now(UTC))
         with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-            cursor.execute(_TAKE_SQL, [amount_cents, order_id, customer_id, currency, amount_cents])
-            taken = cursor.fetchone()
+            if connection.vendor == "postgresql":
+                cursor.execute(
+                    _TAKE_AND_ENTER_SQL,
+                    [*take, key, amount_cents, currency, reason, approved_by, now],
+                )
+                row = cursor.fetchone()
+                taken = None if row is None else row[:3]
+                inserted = None if row is None or row[3] is None else row[3:]
+            else:
+                cursor.execute(_TAKE_SQL, take)
+                taken = cursor.fetchone()
+                if taken is not None:
+                    cursor.execute(
+                        _LEDGER_SQL,
+                        [taken[0], key, amount_cents, currency, reason, approved_by, taken[1], now],
+                    )
+                    inserted = cursor.fetchone()
             if taken is not None:
                 pk, refunded_cents, total_cents = taken
-                cursor.execute(
-                    _LEDGER_SQL,
-                    [
-                        pk,
-                        key,
-                        amount_cents,
-                        currency,
-                        reason,
-                        approved_by,
-                        refunded_cents,
-                        connection.ops.adapt_datetimefield_value(datetime.now(UTC)),
-                    ],
-                )
-                inserted = cursor.fetchone()
                 if inserted is None:
                     cursor.execute(_GIVE_BACK_SQL, [amount_cents, pk])
         if taken is not None and inserted is not None:
