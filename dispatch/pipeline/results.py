@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatch.pipeline.canonical import canonical_json
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, OK, Code
 
 
@@ -50,7 +51,8 @@ class CallResult:
         )
 
 
-# One shared encoder: json.dumps would build a new one on every call.
+# One shared encoder: json.dumps would build a new one on every call. It checks for cycles, as it
+# encodes whatever object a host sent.
 _compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=True)
 
 
@@ -63,7 +65,8 @@ def model_text_for(
 ) -> str:
     """The compact text an agent host hands back to the model as the tool result."""
     if code is OK:
-        return f"OK {tool}: {compact_json(data)}"
+        # The same text as compact_json, by the faster encoder of canonical arguments.
+        return f"OK {tool}: {canonical_json(data)}"
     if code is CONFIRMATION_REQUIRED:
         return (
             f"PENDING {tool}: held for human approval as confirmation "
