@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 MAX_DEPTH = 32
@@ -38,6 +38,24 @@ _decoder = json.JSONDecoder(
     object_pairs_hook=_refuse_duplicates,
     parse_constant=_refuse_constant,
 )
+# The C scanner the decoder built for itself (the type stubs do not declare it).
+_scan_once: Callable[[str, int], tuple[Any, int]] = _decoder.scan_once  # type: ignore[attr-defined]
+_WHITESPACE = " \t\n\r"
+
+
+def _decode(text: str) -> Any:
+    """JSONDecoder.decode without its two Python frames, and without its two regular-expression
+    matches when no whitespace surrounds the value (as a model writes arguments)."""
+    start = len(text) - len(text.lstrip(_WHITESPACE)) if text[:1] in _WHITESPACE else 0
+    try:
+        value, end = _scan_once(text, start)
+    except StopIteration as exc:
+        raise json.JSONDecodeError("Expecting value", text, exc.value) from None
+    if end != len(text):
+        end = len(text) - len(text[end:].lstrip(_WHITESPACE))
+        if end != len(text):
+            raise json.JSONDecodeError("Extra data", text, end)
+    return value
 
 
 def check_value(value: Any, depth: int = 1, *, refuse_nul: bool = False) -> None:
@@ -97,7 +115,7 @@ def _check_text(text: str, refuse_nul: bool) -> None:
 def loads(text: str, *, refuse_nul: bool = False) -> Any:
     """Parse one strict JSON value."""
     try:
-        value = _decoder.decode(text)
+        value = _decode(text)
     except StrictJSONError:
         raise
     except RecursionError:
