@@ -9,13 +9,11 @@ import os
 
 # Production insists on a secret from the environment; the bench serves nothing real.
 os.environ.setdefault("SECRET_KEY", "bench-only-insecure-secret-key-never-used-in-production")
-# The bench database, configured as production configures its own (server-side binding and
-# prepared statements included; DATABASE_SERVER_SIDE_BINDING=0 turns them off), with persistent
-# connections, as a deployment behind gunicorn sets CONN_MAX_AGE.
+# The bench database, configured as production configures its own: persistent connections,
+# server-side binding and prepared statements (DATABASE_SERVER_SIDE_BINDING=0 turns them off).
 os.environ["DATABASE_URL"] = os.environ.get(
     "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/toolgate_bench"
 )
-os.environ["CONN_MAX_AGE"] = "600"
 
 from toolgate.settings.production import *  # noqa: F403
 from toolgate.settings.production import INSTALLED_APPS, REST_FRAMEWORK

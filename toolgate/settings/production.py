@@ -1,8 +1,14 @@
 from toolgate.settings.base import *  # noqa: F403
-from toolgate.settings.base import STORAGES, env
+from toolgate.settings.base import DATABASES, STORAGES, env
 
 DEBUG = False
 SECRET_KEY = env("SECRET_KEY")
+
+# Behind gunicorn a connection serves many requests (and keeps its prepared statements). A
+# connection that failed is closed at the end of its request; health checks (a round trip at the
+# start of every request) are there for networks that drop idle connections.
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=600)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("CONN_HEALTH_CHECKS", default=False)
 
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
 # The app runs behind a TLS-terminating proxy that sets this header.
