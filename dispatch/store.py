@@ -37,17 +37,16 @@ from dispatch.pipeline.state import (
 _SESSION = Session._meta.db_table
 _RECORD = IdempotencyRecord._meta.db_table
 
+# One statement for every call of a session: the first binds it to its customer, the others count
+# a step; no row comes back when the session is bound to another customer. A twin of a first call
+# waits on the other's insert, then counts its own step.
 _STEP_SQL = f"""
-    UPDATE {_SESSION} SET steps = steps + 1, last_call_at = %s
-    WHERE agent_id = %s AND session_id = %s AND customer_id = %s
-    RETURNING steps
-"""
-
-# A session's first call: the session is bound to its customer (or was, meanwhile, by a twin).
-_NEW_SESSION_SQL = f"""
-    INSERT INTO {_SESSION} (agent_id, session_id, customer_id, steps, created_at, last_call_at)
+    INSERT INTO {_SESSION} AS session
+        (agent_id, session_id, customer_id, steps, created_at, last_call_at)
     VALUES (%s, %s, %s, 1, %s, %s)
-    ON CONFLICT (agent_id, session_id) DO NOTHING
+    ON CONFLICT (agent_id, session_id) DO UPDATE
+        SET steps = session.steps + 1, last_call_at = excluded.last_call_at
+        WHERE session.customer_id = excluded.customer_id
     RETURNING steps
 """
 
@@ -64,15 +63,10 @@ _CLAIM_SQL = f"""
     RETURNING {_CLAIM_COLUMNS}
 """
 
-# On PostgreSQL a call opens in one statement: the step of an existing session is counted and,
-# if it is within the budget, the key is claimed as _CLAIM_SQL does. No row: the session is new,
-# or bound to another customer, and the statements above take over.
+# On PostgreSQL a call opens in one statement: the step is counted and, if it is within the
+# budget, the key is claimed as _CLAIM_SQL does. No row: the session is another customer's.
 _OPEN_SQL = f"""
-    WITH step AS (
-        UPDATE {_SESSION} SET steps = steps + 1, last_call_at = %s
-        WHERE agent_id = %s AND session_id = %s AND customer_id = %s
-        RETURNING steps
-    ), claimed AS (
+    WITH step AS ({_STEP_SQL}), claimed AS (
         INSERT INTO {_RECORD}
             (key, agent_id, session_id, tool, status, attempts, confirmation_id,
              created_at, updated_at)
@@ -162,10 +156,11 @@ class OrmState:
                 cursor.execute(
                     _OPEN_SQL,
                     [
-                        stamp,
                         int(agent_id),
                         session_id,
                         customer_id,
+                        stamp,
+                        stamp,
                         claim.key,
                         int(agent_id),
                         session_id,
@@ -179,16 +174,17 @@ class OrmState:
                     ],
                 )
                 row = cursor.fetchone()
-            if row is not None:
-                steps = int(row[0])
-                if steps > step_budget:
-                    return Opening(steps, None)
-                return Opening(
-                    steps,
-                    self._decide(
-                        row[1:], claim, agent_id, session_id, increment, first_verdict, first_status
-                    ),
-                )
+            if row is None:
+                raise SessionConflict(session_id)
+            steps = int(row[0])
+            if steps > step_budget:
+                return Opening(steps, None)
+            return Opening(
+                steps,
+                self._decide(
+                    row[1:], claim, agent_id, session_id, increment, first_verdict, first_status
+                ),
+            )
         steps = self.next_step(agent_id=agent_id, session_id=session_id, customer_id=customer_id)
         if claim is None or steps > step_budget:
             return Opening(steps, None)
@@ -206,19 +202,9 @@ class OrmState:
         )
 
     def next_step(self, *, agent_id: str, session_id: str, customer_id: str) -> int:
-        now = datetime.now(UTC)
-        params = [_db_now(now), int(agent_id), session_id, customer_id]
+        stamp = _db_now(datetime.now(UTC))
         with connection.cursor() as cursor:
-            cursor.execute(_STEP_SQL, params)
-            row = cursor.fetchone()
-            if row is not None:
-                return int(row[0])
-            stamp = params[0]
-            cursor.execute(_NEW_SESSION_SQL, [int(agent_id), session_id, customer_id, stamp, stamp])
-            if cursor.fetchone() is not None:
-                return 1
-            # Created meanwhile: by a twin call for the same customer, or for another one.
-            cursor.execute(_STEP_SQL, params)
+            cursor.execute(_STEP_SQL, [int(agent_id), session_id, customer_id, stamp, stamp])
             row = cursor.fetchone()
         if row is None:
             raise SessionConflict(session_id)
@@ -379,7 +365,7 @@ class OrmState:
             "policy_version": entry.policy_version,
             "duration_ms": entry.duration_ms,
         }
-        params = [
+        params: list[Any] = [
             values[name] if prepare is None else prepare(values[name], connection)
             for name, prepare in _AUDIT_PREPARE
         ]
