@@ -11,7 +11,7 @@ from dispatch.pipeline.canonical import canonical_json
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, OK, Code
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, init=False)
 class CallResult:
     call_id: str
     ok: bool
@@ -22,6 +22,34 @@ class CallResult:
     replayed: bool = False
     retryable: bool = False
     model_text: str = ""
+
+    # Written out rather than generated: a frozen dataclass's own __init__ sets every field through
+    # object.__setattr__, which cost a twentieth of the core's time. Filling the instance's dict in
+    # one step costs less than half as much; the result is as frozen (and dataclasses.fields and
+    # replace, which the API's documentation and the replays use, work as before).
+    def __init__(
+        self,
+        call_id: str,
+        ok: bool,
+        tool: str,
+        code: str,
+        message: str,
+        data: Mapping[str, Any] | None = None,
+        replayed: bool = False,
+        retryable: bool = False,
+        model_text: str = "",
+    ) -> None:
+        self.__dict__.update(
+            call_id=call_id,
+            ok=ok,
+            tool=tool,
+            code=code,
+            message=message,
+            data={} if data is None else data,
+            replayed=replayed,
+            retryable=retryable,
+            model_text=model_text,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
