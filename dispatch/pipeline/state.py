@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
@@ -38,8 +38,9 @@ class Verdict(enum.StrEnum):
     LOOP = "loop"
 
 
-@dataclass(frozen=True, slots=True)
-class PendingConfirmation:
+class PendingConfirmation(NamedTuple):
+    # A NamedTuple, like the per-call records below: built on every held call, and a frozen
+    # dataclass would set its thirteen fields one object.__setattr__ at a time.
     confirmation_id: str
     key: str
     tool: str
@@ -291,4 +292,4 @@ class InMemoryState:
         """Move a confirmation's expiry (for tests of expiry)."""
         with self._lock:
             held = self.confirmations[confirmation_id]
-            self.confirmations[confirmation_id] = replace(held, expires_at=at)
+            self.confirmations[confirmation_id] = held._replace(expires_at=at)

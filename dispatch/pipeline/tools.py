@@ -36,8 +36,7 @@ class ToolCall:
     arguments: str | Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class CheckContext:
+class CheckContext(NamedTuple):
     customer_id: str
 
 
