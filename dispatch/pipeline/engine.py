@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
@@ -75,8 +76,8 @@ class RetryPolicy:
         return float(min(self.max_delay_seconds, self.base_delay_seconds * 2 ** (attempt - 1)))
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
+# A partial rather than a function: datetime.now is called without a Python frame around it.
+_utcnow = partial(datetime.now, UTC)
 
 
 # The version and variant bits of a UUID4, as uuid.UUID(version=4) sets them.
@@ -85,8 +86,9 @@ _UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
 
 
 def _new_id() -> str:
-    # The same as uuid.uuid4().hex at half the cost: no UUID object is built.
-    return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_CLEAR | _UUID4_SET:032x}"
+    # The same as uuid.uuid4().hex at half the cost: no UUID object is built, and bytes.hex is
+    # cheaper than formatting the integer.
+    return (int.from_bytes(os.urandom(16)) & _UUID4_CLEAR | _UUID4_SET).to_bytes(16).hex()
 
 
 @dataclass(slots=True)

@@ -248,7 +248,7 @@ class InMemoryState:
     ) -> Claim:
         record = self.keys.get(key)
         if record is None:
-            record = self.keys[key] = _KeyRecord(status=KeyStatus.OPEN)
+            record = self.keys[key] = _KeyRecord(_KEY_OPEN)
             previous = None
         else:
             previous = record.status
