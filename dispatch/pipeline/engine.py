@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, TypeAlias
 
 from pydantic import BaseModel, ValidationError
 
@@ -102,21 +102,37 @@ class _Trace:
     settlement: Settlement | None = None
 
 
-class _Checked(NamedTuple):
-    """A call that passed stages 1 to 3: its tool, its arguments and its idempotency key."""
+# What the stages hand each other on every call are plain tuples, not NamedTuples: a NamedTuple is
+# built through a Python-level __new__, which costs more than the rest of such a tuple's life.
 
-    spec: ToolSpec[Any]
-    arguments: BaseModel
-    validated: Mapping[str, Any]
-    canonical: str
-    key: str
+# A call that passed stages 1 to 3: its tool, its arguments (the model, and as JSON values), their
+# canonical JSON and its idempotency key.
+_Checked: TypeAlias = tuple[ToolSpec[Any], BaseModel, Mapping[str, Any], str, str]
+# The outcome of stages 5 to 8 and the status it leaves the idempotency key in.
+Execution: TypeAlias = tuple[CallResult, KeyStatus]
 
 
-class Execution(NamedTuple):
-    """The outcome of stage 8 and the status it leaves the idempotency key in."""
+# The two helpers below are module functions rather than closures in the stages that use them:
+# a closure is built on every call, used or not.
+def _rejected(call: ToolCall, call_id: str, code: Code, message: str) -> CallResult:
+    """A result that ends the call before stage 5."""
+    return make_result(call_id=call_id, tool=call.tool, code=code, message=message)
 
-    result: CallResult
-    status: KeyStatus
+
+def _answered(
+    spec: ToolSpec[Any],
+    call_id: str,
+    status: KeyStatus,
+    code: Code,
+    message: str,
+    data: Mapping[str, Any] | None = None,
+    retryable: bool | None = None,
+) -> Execution:
+    """A result of stages 5 to 8, with the status it leaves the key in."""
+    result = make_result(
+        call_id=call_id, tool=spec.name, code=code, message=message, data=data, retryable=retryable
+    )
+    return result, status
 
 
 class Pipeline:
@@ -181,13 +197,15 @@ class Pipeline:
         return result
 
     def _run(self, call: ToolCall, policy: Policy, call_id: str, trace: _Trace) -> CallResult:
-        def reject(code: Code, message: str) -> CallResult:
-            return make_result(call_id=call_id, tool=call.tool, code=code, message=message)
-
         # Stages 1 to 3 need nothing but the call, so they run before the step is counted: the
         # store then counts the step and claims the key in one request. Their verdict still
         # comes second, as a call over its budget is refused whatever it holds.
-        checked = self._stages_1_to_3(call, policy, reject)
+        checked = self._stages_1_to_3(call, policy, call_id)
+        if isinstance(checked, CallResult):
+            request = None
+        else:
+            spec, arguments, validated, canonical, key = checked
+            request = ClaimRequest(key, spec.name, spec.writes, policy.repeat_limit, self.clock())
 
         # 0. Step budget: the cheapest check, and it bounds every loop an agent can get into.
         opening = self.state.open_call(
@@ -195,28 +213,19 @@ class Pipeline:
             session_id=call.session_id,
             customer_id=call.customer_id,
             step_budget=policy.step_budget,
-            claim=(
-                ClaimRequest(
-                    checked.key,
-                    checked.spec.name,
-                    checked.spec.writes,
-                    policy.repeat_limit,
-                    self.clock(),
-                )
-                if isinstance(checked, _Checked)
-                else None
-            ),
+            claim=request,
         )
         trace.step = opening.step
         if opening.step > policy.step_budget:
-            return reject(
+            return _rejected(
+                call,
+                call_id,
                 codes.STEP_LIMIT,
                 f"This session has used its budget of {policy.step_budget} calls; "
                 "hand the conversation over to a human.",
             )
-        if not isinstance(checked, _Checked):
+        if isinstance(checked, CallResult):
             return checked
-        spec, arguments, validated, canonical, key = checked
         trace.arguments = validated
         trace.key = key
         claim = opening.claim
@@ -239,7 +248,9 @@ class Pipeline:
                     count=False,
                 )
         if claim.verdict is _LOOP:
-            return reject(
+            return _rejected(
+                call,
+                call_id,
                 codes.LOOP_DETECTED,
                 f"This exact call was already sent {claim.attempts - 1} times in this session; "
                 "repeating it will not change the answer. Tell the user what happened instead.",
@@ -250,48 +261,54 @@ class Pipeline:
             trace.confirmation_id = claim.confirmation.confirmation_id
             return self._held(call_id, claim.confirmation, replayed=True)
         if claim.verdict is _IN_PROGRESS:
-            return reject(
+            return _rejected(
+                call,
+                call_id,
                 codes.CALL_IN_PROGRESS,
                 "An identical call is still executing; send it again in a moment for its result.",
             )
         if claim.verdict is not _OWNED:
-            return self._stages_5_to_8(
+            result, _ = self._stages_5_to_8(
                 spec, arguments, validated, canonical, call, call_id, policy, trace
-            ).result
+            )
+            return result
 
         try:
             if claim.previous is _KEY_UNKNOWN:
                 # The effect may already have happened: finish it under the same key rather than
                 # judge it again against a state that it may itself have changed.
-                outcome = self._execute(spec, arguments, call, call_id, key)
+                result, status = self._execute(spec, arguments, call, call_id, key)
             else:
-                outcome = self._stages_5_to_8(
+                result, status = self._stages_5_to_8(
                     spec, arguments, validated, canonical, call, call_id, policy, trace
                 )
         except BaseException:
             self.state.settle(Settlement(key, _KEY_UNKNOWN if spec.writes else _KEY_OPEN))
             raise
-        if outcome.status is not _KEY_HELD:
-            stored = outcome.result.as_dict() if outcome.status is _KEY_COMPLETED else None
+        if status is not _KEY_HELD:
+            stored = result.as_dict() if status is _KEY_COMPLETED else None
             # Written with the audit record, in the same request to the store.
-            trace.settlement = Settlement(key, outcome.status, stored)
-        return outcome.result
+            trace.settlement = Settlement(key, status, stored)
+        return result
 
-    def _stages_1_to_3(
-        self, call: ToolCall, policy: Policy, reject: Callable[[Code, str], CallResult]
-    ) -> _Checked | CallResult:
+    def _stages_1_to_3(self, call: ToolCall, policy: Policy, call_id: str) -> _Checked | CallResult:
         # 1. Known tool, and on this agent's allowlist.
         spec = self.registry.get(call.tool)
         if spec is None:
             offered = sorted(t.name for t in self.registry if t.name in policy.allowed_tools)
-            return reject(
+            return _rejected(
+                call,
+                call_id,
                 codes.UNKNOWN_TOOL,
                 f"tool: no tool is named {call.tool[:64]!r} "
                 f"(the tools you can call are: {', '.join(offered) or 'none'})",
             )
         if spec.name not in policy.allowed_tools:
-            return reject(
-                codes.TOOL_NOT_ALLOWED, f"tool: {spec.name} is not allowed for this agent"
+            return _rejected(
+                call,
+                call_id,
+                codes.TOOL_NOT_ALLOWED,
+                f"tool: {spec.name} is not allowed for this agent",
             )
 
         # 2. One strict JSON object within the size limit.
@@ -301,7 +318,9 @@ class Pipeline:
             else:
                 document = check_object(call.arguments, max_bytes=self.limits.max_argument_bytes)
         except StrictJSONError as exc:
-            return reject(
+            return _rejected(
+                call,
+                call_id,
                 codes.INVALID_JSON,
                 f"arguments: {exc} (send exactly one JSON object with the fields: "
                 f"{', '.join(spec.arguments.model_fields)})",
@@ -314,13 +333,18 @@ class Pipeline:
                 document, strict=True
             )
         except ValidationError as exc:
-            return reject(codes.INVALID_ARGUMENTS, describe_validation_error(spec.arguments, exc))
+            return _rejected(
+                call,
+                call_id,
+                codes.INVALID_ARGUMENTS,
+                describe_validation_error(spec.arguments, exc),
+            )
         validated = arguments.__pydantic_serializer__.to_python(arguments, mode="json")
         canonical = canonical_json(validated)
         key = idempotency_key(
             agent_id=call.agent_id, session_id=call.session_id, tool=spec.name, canonical=canonical
         )
-        return _Checked(spec, arguments, validated, canonical, key)
+        return spec, arguments, validated, canonical, key
 
     def _stages_5_to_8(
         self,
@@ -333,22 +357,21 @@ class Pipeline:
         policy: Policy,
         trace: _Trace,
     ) -> Execution:
-        def refuse(code: Code, message: str, data: Mapping[str, Any] | None = None) -> Execution:
-            result = make_result(
-                call_id=call_id, tool=spec.name, code=code, message=message, data=data
-            )
-            return Execution(result, _KEY_OPEN)
-
         # 5. Business rules against the live state of the system of record.
         if spec.check is not None:
             rejection = spec.check(arguments, CheckContext(call.customer_id))
             if rejection is not None:
-                return refuse(rejection.code, rejection.message, rejection.data)
+                return _answered(
+                    spec, call_id, _KEY_OPEN, rejection.code, rejection.message, rejection.data
+                )
 
         # 6. The agent's policy limits.
         amount = spec.amount_of(arguments)
         if amount is not None and amount > policy.max_amount_cents:
-            return refuse(
+            return _answered(
+                spec,
+                call_id,
+                _KEY_OPEN,
                 codes.POLICY_LIMIT,
                 f"{spec.amount_field}: {amount} is above this agent's limit of "
                 f"{policy.max_amount_cents} per call (a human must handle larger amounts)",
@@ -376,7 +399,7 @@ class Pipeline:
             )
             self.state.hold(confirmation)
             trace.confirmation_id = confirmation.confirmation_id
-            return Execution(self._held(call_id, confirmation, replayed=False), _KEY_HELD)
+            return self._held(call_id, confirmation, replayed=False), _KEY_HELD
 
         # 8. Execution.
         return self._execute(spec, arguments, call, call_id, key)
@@ -456,26 +479,15 @@ def execute_with_retries(
     sleep: Callable[[float], None],
 ) -> Execution:
     """Stage 8: run the handler, retrying transient failures only, always with the same key."""
-
-    def result(
-        code: Code, message: str, data: Mapping[str, Any], retryable: bool | None = None
-    ) -> CallResult:
-        return make_result(
-            call_id=call_id,
-            tool=spec.name,
-            code=code,
-            message=message,
-            data=data,
-            retryable=retryable,
-        )
-
     uncertain = False
     for attempt in range(1, retry.attempts + 1):
         try:
             data = spec.handler(arguments, context)
         except Refused as refused:
             rejection = refused.rejection
-            return Execution(result(rejection.code, rejection.message, rejection.data), _KEY_OPEN)
+            return _answered(
+                spec, call_id, _KEY_OPEN, rejection.code, rejection.message, rejection.data
+            )
         except TransientError:
             pass
         except OutcomeUnknownError:
@@ -483,42 +495,46 @@ def execute_with_retries(
         except Exception:
             logger.exception("handler of %s failed on call %s", spec.name, call_id)
             if spec.writes:
-                return Execution(
-                    result(
-                        codes.INTERNAL_ERROR,
-                        "Toolgate failed while executing this call, and whether it took effect "
-                        "is not known. Do not send it again; tell the user it is being checked.",
-                        {"outcome": "unknown"},
-                    ),
+                return _answered(
+                    spec,
+                    call_id,
                     _KEY_UNKNOWN,
+                    codes.INTERNAL_ERROR,
+                    "Toolgate failed while executing this call, and whether it took effect "
+                    "is not known. Do not send it again; tell the user it is being checked.",
+                    {"outcome": "unknown"},
                 )
-            return Execution(
-                result(codes.INTERNAL_ERROR, "Toolgate failed while executing this call.", {}),
+            return _answered(
+                spec,
+                call_id,
                 _KEY_OPEN,
+                codes.INTERNAL_ERROR,
+                "Toolgate failed while executing this call.",
+                {},
             )
         else:
-            return Execution(result(codes.OK, "Done.", data), _KEY_COMPLETED)
+            return _answered(spec, call_id, _KEY_COMPLETED, codes.OK, "Done.", data)
         if attempt < retry.attempts:
             sleep(retry.delay(attempt))
 
     if uncertain and spec.writes:
-        return Execution(
-            result(
-                codes.UPSTREAM_UNAVAILABLE,
-                f"The system of record did not confirm {spec.name} after {retry.attempts} "
-                "attempts: it may or may not have taken effect. Do not send it again blindly; "
-                "check the current state first, or tell the user it is being verified.",
-                {"outcome": "unknown", "attempts": retry.attempts},
-                retryable=False,
-            ),
+        return _answered(
+            spec,
+            call_id,
             _KEY_UNKNOWN,
-        )
-    return Execution(
-        result(
             codes.UPSTREAM_UNAVAILABLE,
-            f"The system of record is unavailable; nothing was done after {retry.attempts} "
-            "attempts. The same call may succeed shortly.",
-            {"outcome": "not_applied", "attempts": retry.attempts},
-        ),
+            f"The system of record did not confirm {spec.name} after {retry.attempts} "
+            "attempts: it may or may not have taken effect. Do not send it again blindly; "
+            "check the current state first, or tell the user it is being verified.",
+            {"outcome": "unknown", "attempts": retry.attempts},
+            retryable=False,
+        )
+    return _answered(
+        spec,
+        call_id,
         _KEY_OPEN,
+        codes.UPSTREAM_UNAVAILABLE,
+        f"The system of record is unavailable; nothing was done after {retry.attempts} "
+        "attempts. The same call may succeed shortly.",
+        {"outcome": "not_applied", "attempts": retry.attempts},
     )
