@@ -91,10 +91,11 @@ def _new_id() -> str:
     return (int.from_bytes(os.urandom(16)) & _UUID4_CLEAR | _UUID4_SET).to_bytes(16).hex()
 
 
-@dataclass(slots=True)
 class _Trace:
     """What the audit record says about a call, filled in as the stages pass."""
 
+    # Defaults on the class, and no __init__: one trace is made on every call, and a dataclass's
+    # __init__ would be a Python frame setting each field.
     step: int | None = None
     arguments: Mapping[str, Any] | None = None
     key: str | None = None
