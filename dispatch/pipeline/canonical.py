@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from _json import make_encoder
 from collections.abc import Mapping
-from json.encoder import encode_basestring
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 # JSONEncoder.encode builds a new C encoder (and a closure it never uses) on every call, half the
 # cost of encoding a small object. This is the C encoder it builds, built once: sorted keys, no
 # spaces, UTF-8 kept, and the same errors. Its check for cycles is off: it encodes validated
 # arguments and the data of results, which hold none (a cycle would end in a RecursionError).
-_encode = make_encoder(
+_encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_encode = c_make_encoder and c_make_encoder(
     None,  # markers: no check for cycles
     json.JSONEncoder().default,
     encode_basestring,
@@ -32,6 +32,8 @@ _encode = make_encoder(
 
 def canonical_json(value: Mapping[str, Any]) -> str:
     """Sorted keys, no spaces, non-ASCII kept: the one JSON text of a value."""
+    if _encode is None:  # an interpreter without json's C accelerator
+        return _encoder.encode(value)
     return "".join(_encode(value, 0))
 
 
