@@ -163,6 +163,28 @@ def test_audit_records_are_listed_filtered_and_searched_read_only(
     assert admin_client.post(f"/admin/dispatch/auditrecord/{record.pk}/delete/").status_code == 403
 
 
+def test_audit_records_drill_down_by_date(admin_client: Client, agent: Agent) -> None:
+    # The date hierarchy groups by a truncated date with the time zone as a parameter: the kind of
+    # query that parameters bound by the server (on PostgreSQL) must still answer.
+    record = _one_call(agent)
+    at = timezone.localtime(record.at)
+
+    pages = [
+        admin_client.get("/admin/dispatch/auditrecord/"),
+        admin_client.get("/admin/dispatch/auditrecord/", {"at__year": at.year}),
+        admin_client.get(
+            "/admin/dispatch/auditrecord/", {"at__year": at.year, "at__month": at.month}
+        ),
+        admin_client.get(
+            "/admin/dispatch/auditrecord/",
+            {"at__year": at.year, "at__month": at.month, "at__day": at.day},
+        ),
+    ]
+
+    assert [page.status_code for page in pages] == [200, 200, 200, 200]
+    assert all(record.call_id.encode() in page.content for page in pages)
+
+
 @pytest.mark.parametrize("model", ["session", "idempotencyrecord"])
 def test_sessions_and_idempotency_records_are_read_only(
     admin_client: Client, agent: Agent, model: str
@@ -197,8 +219,15 @@ def test_confirmations_are_listed_by_status_read_only(admin_client: Client, agen
     approved = admin_client.get("/admin/approvals/confirmation/", {"status__exact": "approved"})
     searched = admin_client.get("/admin/approvals/confirmation/", {"q": "admin-s1"})
 
+    local = timezone.localtime(now)
+    by_month = admin_client.get(
+        "/admin/approvals/confirmation/",
+        {"created_at__year": local.year, "created_at__month": local.month},
+    )
+
     assert b"c0ffee" in pending.content
     assert b"c0ffee" not in approved.content
     assert b"c0ffee" in searched.content
+    assert b"c0ffee" in by_month.content
     assert admin_client.get("/admin/approvals/confirmation/add/").status_code == 403
     assert admin_client.post("/admin/approvals/confirmation/c0ffee/delete/").status_code == 403
