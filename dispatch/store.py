@@ -52,29 +52,30 @@ _STEP_SQL = f"""
 
 _CLAIM_COLUMNS = "status, attempts, result, confirmation_id, confirmation_expires_at, created_at"
 
-# A new key is inserted in the status the decision table gives it (a write's is in progress at
-# once); an existing one is counted and returned for the decision.
-_CLAIM_SQL = f"""
+
+def _claim_sql(rows: str) -> str:
+    """The claim's insert, of the rows given (VALUES, or a SELECT in a WITH)."""
+    return f"""
     INSERT INTO {_RECORD}
         (key, agent_id, session_id, tool, status, attempts, confirmation_id, created_at, updated_at)
-    VALUES (%s, %s, %s, %s, %s, %s, '', %s, %s)
+    {rows}
     ON CONFLICT (key) DO UPDATE
         SET attempts = {_RECORD}.attempts + %s, updated_at = excluded.updated_at
     RETURNING {_CLAIM_COLUMNS}
 """
 
+
+# A new key is inserted in the status the decision table gives it (a write's is in progress at
+# once); an existing one is counted and returned for the decision.
+_CLAIM_SQL = _claim_sql("VALUES (%s, %s, %s, %s, %s, %s, '', %s, %s)")
+
 # On PostgreSQL a call opens in one statement: the step is counted and, if it is within the
 # budget, the key is claimed as _CLAIM_SQL does. No row: the session is another customer's.
+_CLAIM_IF_WITHIN_BUDGET_SQL = _claim_sql(
+    "SELECT %s, %s, %s, %s, %s, %s, '', %s, %s FROM step WHERE step.steps <= %s"
+)
 _OPEN_SQL = f"""
-    WITH step AS ({_STEP_SQL}), claimed AS (
-        INSERT INTO {_RECORD}
-            (key, agent_id, session_id, tool, status, attempts, confirmation_id,
-             created_at, updated_at)
-        SELECT %s, %s, %s, %s, %s, %s, '', %s, %s FROM step WHERE step.steps <= %s
-        ON CONFLICT (key) DO UPDATE
-            SET attempts = {_RECORD}.attempts + %s, updated_at = excluded.updated_at
-        RETURNING {_CLAIM_COLUMNS}
-    )
+    WITH step AS ({_STEP_SQL}), claimed AS ({_CLAIM_IF_WITHIN_BUDGET_SQL})
     SELECT step.steps, claimed.* FROM step LEFT JOIN claimed ON true
 """
 

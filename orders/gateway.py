@@ -40,26 +40,29 @@ _TAKE_SQL = f"""
     RETURNING id, refunded_cents, total_cents
 """
 
-# A key that already has its ledger row (a repeat, or a twin that committed while this one waited
-# on the order's lock) inserts nothing, and the refund takes its update back.
-_LEDGER_SQL = f"""
+
+def _ledger_sql(rows: str) -> str:
+    """The ledger's insert, of the rows given (VALUES, or a SELECT in a WITH)."""
+    return f"""
     INSERT INTO {_REFUND} (order_id, idempotency_key, amount_cents, currency, reason,
         approved_by, refunded_cents_after, created_at)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+    {rows}
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id
 """
 
+
+# A key that already has its ledger row (a repeat, or a twin that committed while this one waited
+# on the order's lock) inserts nothing, and the refund takes its update back.
+_LEDGER_SQL = _ledger_sql("VALUES (%s, %s, %s, %s, %s, %s, %s, %s)")
+
 # On PostgreSQL both in one statement (a data-modifying WITH): the ledger row is inserted only if
 # the order had room, and the answer says which of the two happened.
+_ENTER_IF_TAKEN_SQL = _ledger_sql(
+    "SELECT taken.id, %s, %s, %s, %s, %s, taken.refunded_cents, %s FROM taken"
+)
 _TAKE_AND_ENTER_SQL = f"""
-    WITH taken AS ({_TAKE_SQL}), entered AS (
-        INSERT INTO {_REFUND} (order_id, idempotency_key, amount_cents, currency, reason,
-            approved_by, refunded_cents_after, created_at)
-        SELECT taken.id, %s, %s, %s, %s, %s, taken.refunded_cents, %s FROM taken
-        ON CONFLICT (idempotency_key) DO NOTHING
-        RETURNING id
-    )
+    WITH taken AS ({_TAKE_SQL}), entered AS ({_ENTER_IF_TAKEN_SQL})
     SELECT taken.id, taken.refunded_cents, taken.total_cents, entered.id
     FROM taken LEFT JOIN entered ON true
 """
