@@ -1,0 +1,67 @@
+"""How many statements a call sends to the database: what docs/benchmarks.md counts.
+
+On PostgreSQL the store counts the step and claims the key in one statement, settles the key with
+the audit record, and a refund takes from the order and enters the ledger in one; SQLite, which
+has no data-modifying WITH, runs each of them as two. BEGIN and COMMIT are not counted here
+(they are one round trip each).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from pytest_django import Settings
+
+from dispatch.services import call_dispatch
+from orders.models import Order
+from tests.conftest import MakeAgent
+
+ONE_STATEMENT = connection.vendor == "postgresql"
+
+
+def _statements(make_agent: MakeAgent, tool: str, arguments: dict[str, object]) -> int:
+    agent, _ = make_agent()
+    # The session's first call, outside the count: a later call is what the mix is made of.
+    call_dispatch(
+        agent=agent, session_id="s-1", customer_id="CUS-1", tool="get_order", arguments="{}"
+    )
+    with CaptureQueriesContext(connection) as queries:
+        result = call_dispatch(
+            agent=agent,
+            session_id="s-1",
+            customer_id="CUS-1",
+            tool=tool,
+            arguments=json.dumps(arguments),
+        )
+    assert result.ok, result.message
+    # The test's own transaction turns the call's into a savepoint, which is not the call's work.
+    return sum(not query["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT")) for query in queries)
+
+
+@pytest.mark.usefixtures("orders")
+def test_a_read_is_open_order_and_audit(make_agent: MakeAgent) -> None:
+    count = _statements(make_agent, "get_order", {"order_id": "ORD-1001"})
+
+    assert count == (3 if ONE_STATEMENT else 4)
+
+
+def test_an_executed_refund_is_open_order_refund_and_audit(
+    make_agent: MakeAgent, orders: dict[str, Order], settings: Settings
+) -> None:
+    # As in production: with fault injection on, the gateway also reads its switch.
+    settings.TOOLGATE_GATEWAY_FAULTS = False
+    arguments = {
+        "order_id": "ORD-1001",
+        "amount_cents": 500,
+        "currency": "BRL",
+        "reason": "damaged",
+    }
+
+    count = _statements(make_agent, "refund_order", arguments)
+
+    assert count == (4 if ONE_STATEMENT else 7)
+    orders["ORD-1001"].refresh_from_db()
+    assert orders["ORD-1001"].refunded_cents == 500
