@@ -5,9 +5,10 @@ database of their own (`toolgate_bench`, dropped and created by each run, migrat
 the project's services: 64 customers with 8 BRL orders each, and one agent whose policy allows
 both order tools, executes refunds below 50.00 without a human, 50 steps a session, 3 repeats).
 
-- **api**: `POST /api/v1/calls`, the whole pipeline: one transaction per call, the step, the
-  idempotency record, the business check, the effect (a refund really moves money: a ledger row
-  and the order's refunded_cents) and one audit record.
+- **api**: `POST /api/v1/calls`, the whole pipeline: the step, the idempotency record, the
+  business check, the effect (a refund really moves money: a ledger row and the order's
+  refunded_cents) and one audit record; one transaction for every call that claims a refund's
+  key, none for the others (dispatch.store.OrmState.call_scope).
 - **bare**: `POST /bench/bare` (bench/urls.py), a DRF view with the same authentication (the same
   token lookup), permission and throttle classes, which parses the same JSON body and inserts
   one row with the ORM: what an API without Toolgate's pipeline costs.

@@ -99,11 +99,14 @@ def agent_authenticate(token: str) -> Agent | None:
     )
 
 
+_store = OrmState()
+
+
 @cache
 def _pipeline() -> Pipeline:
     return Pipeline(
         tool_registry,
-        OrmState(),
+        _store,
         limits=Limits(max_argument_bytes=settings.TOOLGATE_MAX_ARGUMENT_BYTES),
     )
 
@@ -118,8 +121,9 @@ def call_dispatch(
 ) -> CallResult:
     """Run one raw tool call through the pipeline; raises SessionConflict for a foreign session.
 
-    The whole call is one transaction: an identical call arriving meanwhile waits on the
-    idempotency record's row lock, then sees the committed outcome and is replayed.
+    A call that claims a write's key is one transaction: an identical call arriving meanwhile
+    waits on the idempotency record's row lock, then sees the committed outcome and is replayed.
+    Any other call needs no transaction on PostgreSQL (OrmState.call_scope).
     """
     policy = agent.current_policy
     if policy is None:
@@ -131,5 +135,5 @@ def call_dispatch(
         tool=tool,
         arguments=arguments,
     )
-    with transaction.atomic():
+    with _store.call_scope():
         return _pipeline().run(call, policy.snapshot())

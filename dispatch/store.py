@@ -1,7 +1,11 @@
 """The core's state port on the ORM.
 
-Every method runs inside the transaction that dispatch.services opens around a call, so a call's
-step, idempotency record, confirmation, ledger row and audit record commit together or not at all.
+A call that claims an exclusive key (a tool that writes, past stage 3) runs in one transaction,
+begun as the key is claimed and ended with the call (`call_scope`): its step, idempotency record,
+confirmation, ledger row and audit record commit together or not at all, and an identical call
+waits on the key's row lock. On PostgreSQL any other call (a read, or a call refused before
+stage 4) runs its statements with no transaction around them: see `call_scope` for why nothing
+is lost.
 The statements on the hot path of every call are raw SQL (the same on PostgreSQL and SQLite, both
 of which have ON CONFLICT and RETURNING), one round trip each and no ORM query compiled per call:
 counting a step (two on a session's first call), claiming a key (a new key of a write is claimed
@@ -12,7 +16,9 @@ docs/benchmarks.md is why: under load a call's cost is mostly its round trips an
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -79,6 +85,17 @@ _OPEN_SQL = f"""
     SELECT step.steps, claimed.* FROM step LEFT JOIN claimed ON true
 """
 
+# Outside a transaction block, a call's first statement commits on its own, without waiting for
+# its WAL to reach the disk: the call's last statement (the audit record) commits synchronously,
+# and that flush covers everything written before it, so whatever an agent was answered about is
+# durable. set_config(..., true) lasts only for the statement's own transaction.
+_ASYNC_COMMIT = "commit_mode AS (SELECT set_config('synchronous_commit', 'off', true))"
+_OPEN_ASYNC_SQL = f"""
+    WITH {_ASYNC_COMMIT}, step AS ({_STEP_SQL}), claimed AS ({_CLAIM_IF_WITHIN_BUDGET_SQL})
+    SELECT step.steps, claimed.* FROM commit_mode, step LEFT JOIN claimed ON true
+"""
+_STEP_ASYNC_SQL = f"WITH {_ASYNC_COMMIT}, step AS ({_STEP_SQL}) SELECT steps FROM commit_mode, step"
+
 _SETTLE_SQL = f"UPDATE {_RECORD} SET status = %s, result = %s, updated_at = %s WHERE key = %s"
 _RESULT_FIELD = IdempotencyRecord._meta.get_field("result")
 
@@ -139,7 +156,49 @@ def _one_statement() -> bool:
     return bool(connection.vendor == "postgresql")
 
 
+def _on_its_own() -> bool:
+    """Whether a statement sent now commits on its own (PostgreSQL, outside a transaction)."""
+    return _one_statement() and not connection.in_atomic_block
+
+
+# The open call of this thread (or task): where the transaction begun at its claim is kept.
+_CALL: ContextVar[ExitStack | None] = ContextVar("toolgate_call", default=None)
+
+
 class OrmState:
+    @contextmanager
+    def call_scope(self) -> Iterator[None]:
+        """The span of one call; every method of the port is called inside it.
+
+        A call that claims an exclusive key needs a transaction: its claim, effect and audit
+        record must commit together, and the key's row lock is what makes an identical call
+        wait and then replay. It is begun just before the claim (`_begin_call_transaction`) and
+        ends here, committed, or rolled back if the call raised. Any other call needs none: a
+        read's claim only counts repeats (decide_claim lets every read proceed) and running a
+        read twice is harmless, and a call refused before stage 4 claims nothing. On PostgreSQL
+        their statements (the opening, the read, the audit record) run on their own, which saves
+        BEGIN and COMMIT, two round trips. If the process dies between them, the step and the
+        repeat stay counted and the call has no audit record; an agent that was answered always
+        has its record. SQLite, where every commit of its own is a file sync, keeps one
+        transaction for every call.
+        """
+        with ExitStack() as stack:
+            if not _one_statement():
+                stack.enter_context(transaction.atomic())
+            token = _CALL.set(stack)
+            try:
+                yield
+            finally:
+                _CALL.reset(token)
+
+    def _begin_call_transaction(self) -> None:
+        stack = _CALL.get()
+        if stack is None:
+            # Called outside call_scope (a test of the port alone): nothing to begin.
+            return
+        if _one_statement():
+            stack.enter_context(transaction.atomic())
+
     def open_call(
         self,
         *,
@@ -149,13 +208,15 @@ class OrmState:
         step_budget: int,
         claim: ClaimRequest | None,
     ) -> Opening:
+        if claim is not None and claim.exclusive:
+            self._begin_call_transaction()
         if claim is not None and _one_statement():
             increment = 1
             first_verdict, first_status = _first_decision(claim, increment)
             stamp = _db_now(claim.now)
             with connection.cursor() as cursor:
                 cursor.execute(
-                    _OPEN_SQL,
+                    _OPEN_ASYNC_SQL if _on_its_own() else _OPEN_SQL,
                     [
                         int(agent_id),
                         session_id,
@@ -205,7 +266,10 @@ class OrmState:
     def next_step(self, *, agent_id: str, session_id: str, customer_id: str) -> int:
         stamp = _db_now(datetime.now(UTC))
         with connection.cursor() as cursor:
-            cursor.execute(_STEP_SQL, [int(agent_id), session_id, customer_id, stamp, stamp])
+            cursor.execute(
+                _STEP_ASYNC_SQL if _on_its_own() else _STEP_SQL,
+                [int(agent_id), session_id, customer_id, stamp, stamp],
+            )
             row = cursor.fetchone()
         if row is None:
             raise SessionConflict(session_id)

@@ -1,8 +1,9 @@
 """Real concurrent HTTP requests against the threaded live server, on PostgreSQL.
 
-Each call is one transaction, so an identical call blocks on the idempotency record's row lock and
-is then replayed, and different refunds of one order queue on the order's row: the ledger adds up
-under any interleaving.
+A call that claims a write's key is one transaction, so an identical call blocks on the idempotency
+record's row lock and is then replayed, and different refunds of one order queue on the order's
+row: the ledger adds up under any interleaving. Reads run with no transaction around them, and a
+session raced by two customers is still bound to exactly one.
 """
 
 from __future__ import annotations
