@@ -69,7 +69,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -264,6 +264,8 @@ def outcome_of(body: bytes, target: str) -> str:
 @dataclass
 class _ThreadResult:
     latencies_us: list[int]
+    # The same latencies by kind of call (get_order, refund, ...).
+    by_kind_us: dict[str, list[int]] = field(default_factory=dict)
     sent: int = 0
     errors: int = 0
     first_error: str = ""
@@ -307,7 +309,9 @@ def _load_thread(
                 finished = clock()
                 out.sent += 1
                 if started >= begin:
-                    out.latencies_us.append((finished - started) // 1000)
+                    latency = (finished - started) // 1000
+                    out.latencies_us.append(latency)
+                    out.by_kind_us.setdefault(kind, []).append(latency)
                     out.last_end_ns = finished
                     outcome = outcome_of(answer, target) if status == 200 else f"HTTP {status}"
                     outcomes[kind, outcome] += 1
@@ -380,6 +384,10 @@ def load_main(argv: Sequence[str]) -> None:
         merged.update(counter)
     report = {
         "latencies_us": [value for result in results for value in result.latencies_us],
+        "by_kind_us": {
+            kind: [value for result in results for value in result.by_kind_us.get(kind, [])]
+            for kind in sorted({kind for result in results for kind in result.by_kind_us})
+        },
         "sent": sum(result.sent for result in results),
         "errors": sum(result.errors for result in results),
         "first_error": next((r.first_error for r in results if r.first_error), ""),
@@ -688,6 +696,10 @@ def run_phase(
             raise SystemExit(f"bench/api.py: a load process failed ({client.returncode})")
         reports.append(json.loads(out))
     latencies = [value for report in reports for value in report["latencies_us"]]
+    by_kind: dict[str, list[int]] = {}
+    for report in reports:
+        for kind, values in report["by_kind_us"].items():
+            by_kind.setdefault(kind, []).extend(values)
     outcomes: Counter[tuple[str, str]] = Counter()
     for report in reports:
         for kind, outcome, count in report["outcomes"]:
@@ -695,6 +707,7 @@ def run_phase(
     last = max(report["last_end_ns"] for report in reports)
     return {
         "latencies_us": latencies,
+        "by_kind_us": by_kind,
         "seconds": max(last - begin_ns, 1) / 1e9,
         "sent": sum(report["sent"] for report in reports),
         "errors": sum(report["errors"] for report in reports),
@@ -726,6 +739,10 @@ def summarise(target: str, phases: Sequence[Mapping[str, Any]]) -> dict[str, Any
         outcomes.update(phase["outcomes"])
         cpu.update(phase["cpu"])
     requests = len(ordered)
+    by_kind: dict[str, list[int]] = {}
+    for phase in phases:
+        for kind, values in phase["by_kind_us"].items():
+            by_kind.setdefault(kind, []).extend(values)
     unexpected = sum(
         count
         for (kind, outcome), count in outcomes.items()
@@ -744,6 +761,9 @@ def summarise(target: str, phases: Sequence[Mapping[str, Any]]) -> dict[str, Any
         "p99_ms": _percentile(ordered, 0.99),
         "max_ms": ordered[-1] / 1000.0 if ordered else math.nan,
         "mean_ms": sum(ordered) / requests / 1000.0 if requests else math.nan,
+        "p50_ms_by_kind": {
+            kind: _percentile(sorted(values), 0.50) for kind, values in sorted(by_kind.items())
+        },
         "errors": sum(phase["errors"] for phase in phases),
         "first_error": next((p["first_error"] for p in phases if p["first_error"]), ""),
         "unexpected_outcomes": unexpected,
@@ -953,6 +973,15 @@ def render(result: Mapping[str, Any]) -> str:
         f"{'met' if targets['p50_met'] else 'NOT met'}); {result['p50_delta_ms_loaded']:+.2f} ms "
         f"at {concurrency} connections, where p50 is mostly queueing"
     )
+    if single:
+        # Every kind of call against the bare endpoint's p50 (it does the same for each): where
+        # the mix's p50 falls depends on how the kinds' latencies interleave.
+        base = single["bare"]["p50_ms"]
+        by_kind = single["api"]["p50_ms_by_kind"]
+        lines.append(
+            "  p50 added by kind at 1 connection: "
+            + ", ".join(f"{kind} {value - base:+.2f}" for kind, value in by_kind.items())
+        )
     for label, figures in (("bare", bare), ("api", api)):
         cpu = figures["cpu"]
         lines.append(
