@@ -2,8 +2,9 @@
 
 On PostgreSQL the store counts the step and claims the key in one statement, settles the key with
 the audit record, and a refund takes from the order and enters the ledger in one; SQLite, which
-has no data-modifying WITH, runs each of them as two. BEGIN and COMMIT are not counted here
-(they are one round trip each).
+has no data-modifying WITH, runs each of them as two. BEGIN and COMMIT are not counted here:
+they are one round trip each, made on PostgreSQL only by a call that claims a write's key
+(tests/dispatch/test_call_scope.py).
 """
 
 from __future__ import annotations
