@@ -1,4 +1,4 @@
-"""How a call's statements are grouped on PostgreSQL: a write in one transaction, a read in none.
+"""How a call's statements are grouped: on PostgreSQL a write in one transaction, a read in none.
 
 These run outside the test's own transaction (transaction=True), as the API's calls do, since a
 test transaction would put every call inside one.
@@ -12,25 +12,39 @@ from collections.abc import Callable
 import pytest
 from django.db import connection
 
-from dispatch.models import AuditRecord, IdempotencyRecord, Session
+from dispatch.models import Agent, AuditRecord, IdempotencyRecord, Session
+from dispatch.pipeline.results import CallResult
 from dispatch.services import call_dispatch
 from tests.conftest import Ledger, MakeAgent
 
-pytestmark = [
-    pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's call scopes"),
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("orders"),
-]
+ON_POSTGRESQL = connection.vendor == "postgresql"
+postgresql_only = pytest.mark.skipif(not ON_POSTGRESQL, reason="PostgreSQL's call scopes")
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
 REFUND = {"order_id": "ORD-1001", "amount_cents": 1000, "currency": "BRL", "reason": "damaged"}
 
 
+def call(agent: Agent, tool: str, arguments: dict[str, object]) -> CallResult:
+    return call_dispatch(
+        agent=agent,
+        session_id="s-1",
+        customer_id="CUS-1",
+        tool=tool,
+        arguments=json.dumps(arguments),
+    )
+
+
 def in_transaction_per_statement(work: Callable[[], object]) -> list[bool]:
-    """For each statement that `work` sends: whether it ran inside a transaction block."""
+    """For each statement that `work` sends: whether it ran inside a transaction block.
+
+    SQLite's BEGIN, which Django sends as a statement just before the block starts, is left out.
+    """
     seen: list[bool] = []
 
     def wrapper(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
-        seen.append(connection.in_atomic_block)
+        if sql != "BEGIN":
+            seen.append(connection.in_atomic_block)
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(wrapper):
@@ -38,39 +52,29 @@ def in_transaction_per_statement(work: Callable[[], object]) -> list[bool]:
     return seen
 
 
+@postgresql_only
 def test_a_read_runs_its_statements_outside_any_transaction(make_agent: MakeAgent) -> None:
     agent, _ = make_agent()
 
     def read() -> None:
-        result = call_dispatch(
-            agent=agent,
-            session_id="s-1",
-            customer_id="CUS-1",
-            tool="get_order",
-            arguments=json.dumps({"order_id": "ORD-1001"}),
-        )
+        result = call(agent, "get_order", {"order_id": "ORD-1001"})
         assert result.ok, result.message
 
-    # open, the order, the audit record with the key's settlement
+    # the opening, the order, the audit record
     assert in_transaction_per_statement(read) == [False, False, False]
     assert Session.objects.get(session_id="s-1").steps == 1
     assert IdempotencyRecord.objects.get().attempts == 1
     assert list(AuditRecord.objects.values_list("code", flat=True)) == ["OK"]
 
 
+@postgresql_only
 def test_a_refund_runs_all_its_statements_in_one_transaction(
     make_agent: MakeAgent, ledger: Ledger
 ) -> None:
     agent, _ = make_agent()
 
     def refund() -> None:
-        result = call_dispatch(
-            agent=agent,
-            session_id="s-1",
-            customer_id="CUS-1",
-            tool="refund_order",
-            arguments=json.dumps(REFUND),
-        )
+        result = call(agent, "refund_order", REFUND)
         assert result.ok, result.message
 
     statements = in_transaction_per_statement(refund)
@@ -79,19 +83,14 @@ def test_a_refund_runs_all_its_statements_in_one_transaction(
     assert ledger.state() == (1, 1000)
 
 
+@postgresql_only
 def test_a_refund_refused_before_its_claim_needs_no_transaction(
     make_agent: MakeAgent, ledger: Ledger
 ) -> None:
     agent, _ = make_agent()
 
     def float_amount() -> None:
-        result = call_dispatch(
-            agent=agent,
-            session_id="s-1",
-            customer_id="CUS-1",
-            tool="refund_order",
-            arguments=json.dumps({**REFUND, "amount_cents": 25.9}),
-        )
+        result = call(agent, "refund_order", {**REFUND, "amount_cents": 25.9})
         assert result.code == "INVALID_ARGUMENTS"
 
     # the step, the audit record
@@ -99,17 +98,12 @@ def test_a_refund_refused_before_its_claim_needs_no_transaction(
     assert ledger.rows() == 0
 
 
+@postgresql_only
 def test_a_replayed_refund_is_one_transaction_too(make_agent: MakeAgent, ledger: Ledger) -> None:
     agent, _ = make_agent()
 
     def refund() -> bool:
-        return call_dispatch(
-            agent=agent,
-            session_id="s-1",
-            customer_id="CUS-1",
-            tool="refund_order",
-            arguments=json.dumps(REFUND),
-        ).replayed
+        return call(agent, "refund_order", REFUND).replayed
 
     assert refund() is False
     replayed: list[bool] = []
@@ -120,13 +114,12 @@ def test_a_replayed_refund_is_one_transaction_too(make_agent: MakeAgent, ledger:
     assert ledger.state() == (1, 1000)
 
 
+@postgresql_only
 def test_a_rejected_call_of_an_unknown_tool_needs_no_transaction(make_agent: MakeAgent) -> None:
     agent, _ = make_agent()
 
     def unknown() -> None:
-        result = call_dispatch(
-            agent=agent, session_id="s-1", customer_id="CUS-1", tool="cancel_order", arguments="{}"
-        )
+        result = call(agent, "cancel_order", {})
         assert result.code == "UNKNOWN_TOOL"
 
     # the step, the audit record
@@ -134,16 +127,11 @@ def test_a_rejected_call_of_an_unknown_tool_needs_no_transaction(make_agent: Mak
     assert AuditRecord.objects.get().step == 1
 
 
+@postgresql_only
 def test_a_reads_asynchronous_first_commit_does_not_outlive_it(make_agent: MakeAgent) -> None:
     agent, _ = make_agent()
     for step in range(2):
-        call_dispatch(
-            agent=agent,
-            session_id="s-1",
-            customer_id="CUS-1",
-            tool="get_order" if step else "cancel_order",
-            arguments=json.dumps({"order_id": "ORD-1001"}),
-        )
+        call(agent, "get_order" if step else "cancel_order", {"order_id": "ORD-1001"})
 
     with connection.cursor() as cursor:
         cursor.execute("SHOW synchronous_commit")
@@ -152,21 +140,27 @@ def test_a_reads_asynchronous_first_commit_does_not_outlive_it(make_agent: MakeA
     assert setting == ("on",)
 
 
+@postgresql_only
 def test_repeated_reads_outside_a_transaction_are_still_counted_into_a_loop(
     make_agent: MakeAgent,
 ) -> None:
     agent, _ = make_agent(repeat_limit=3)
-    codes = [
-        call_dispatch(
-            agent=agent,
-            session_id="s-1",
-            customer_id="CUS-1",
-            tool="get_order",
-            arguments=json.dumps({"order_id": "ORD-1001"}),
-        ).code
-        for _ in range(4)
-    ]
+    codes = [call(agent, "get_order", {"order_id": "ORD-1001"}).code for _ in range(4)]
 
     assert codes == ["OK", "OK", "OK", "LOOP_DETECTED"]
     assert IdempotencyRecord.objects.get().attempts == 4
     assert AuditRecord.objects.count() == Session.objects.get().steps == 4
+
+
+@pytest.mark.skipif(ON_POSTGRESQL, reason="SQLite's call scope")
+def test_on_sqlite_every_call_is_one_transaction(make_agent: MakeAgent) -> None:
+    agent, _ = make_agent()
+
+    def calls() -> None:
+        assert call(agent, "get_order", {"order_id": "ORD-1001"}).ok
+        assert call(agent, "cancel_order", {}).code == "UNKNOWN_TOOL"
+
+    statements = in_transaction_per_statement(calls)
+
+    assert statements and all(statements)
+    assert AuditRecord.objects.count() == Session.objects.get().steps == 2
