@@ -157,8 +157,11 @@ def _one_statement() -> bool:
 
 
 def _on_its_own() -> bool:
-    """Whether a statement sent now commits on its own (PostgreSQL, outside a transaction)."""
-    return _one_statement() and not connection.in_atomic_block
+    """Whether a statement sent now commits on its own (PostgreSQL, outside a transaction).
+
+    Inside one, an asynchronous commit would apply to the whole transaction: never there.
+    """
+    return _one_statement() and connection.get_autocommit() and not connection.in_atomic_block
 
 
 # The open call of this thread (or task): where the transaction begun at its claim is kept.

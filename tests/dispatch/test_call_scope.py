@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from dispatch.models import Agent, AuditRecord, IdempotencyRecord, Session
 from dispatch.pipeline.results import CallResult
@@ -138,6 +138,25 @@ def test_a_reads_asynchronous_first_commit_does_not_outlive_it(make_agent: MakeA
         setting = cursor.fetchone()
 
     assert setting == ("on",)
+
+
+@postgresql_only
+def test_a_read_inside_a_callers_own_transaction_leaves_its_commit_synchronous(
+    make_agent: MakeAgent,
+) -> None:
+    agent, _ = make_agent()
+    transaction.set_autocommit(False)
+    try:
+        assert call(agent, "get_order", {"order_id": "ORD-1001"}).ok
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            setting = cursor.fetchone()
+        transaction.commit()
+    finally:
+        transaction.set_autocommit(True)
+
+    assert setting == ("on",)
+    assert AuditRecord.objects.count() == 1
 
 
 @postgresql_only
