@@ -696,10 +696,6 @@ def run_phase(
             raise SystemExit(f"bench/api.py: a load process failed ({client.returncode})")
         reports.append(json.loads(out))
     latencies = [value for report in reports for value in report["latencies_us"]]
-    by_kind: dict[str, list[int]] = {}
-    for report in reports:
-        for kind, values in report["by_kind_us"].items():
-            by_kind.setdefault(kind, []).extend(values)
     outcomes: Counter[tuple[str, str]] = Counter()
     for report in reports:
         for kind, outcome, count in report["outcomes"]:
@@ -707,7 +703,7 @@ def run_phase(
     last = max(report["last_end_ns"] for report in reports)
     return {
         "latencies_us": latencies,
-        "by_kind_us": by_kind,
+        "by_kind_us": _merge_by_kind(report["by_kind_us"] for report in reports),
         "seconds": max(last - begin_ns, 1) / 1e9,
         "sent": sum(report["sent"] for report in reports),
         "errors": sum(report["errors"] for report in reports),
@@ -722,6 +718,15 @@ def run_phase(
             "machine_all_s": after.machine_all - before.machine_all,
         },
     }
+
+
+def _merge_by_kind(parts: Iterator[Mapping[str, list[int]]]) -> dict[str, list[int]]:
+    """Latencies by kind of call, from several reports or phases, into one."""
+    merged: dict[str, list[int]] = {}
+    for part in parts:
+        for kind, values in part.items():
+            merged.setdefault(kind, []).extend(values)
+    return merged
 
 
 def _percentile(ordered: Sequence[int], q: float) -> float:
@@ -739,10 +744,7 @@ def summarise(target: str, phases: Sequence[Mapping[str, Any]]) -> dict[str, Any
         outcomes.update(phase["outcomes"])
         cpu.update(phase["cpu"])
     requests = len(ordered)
-    by_kind: dict[str, list[int]] = {}
-    for phase in phases:
-        for kind, values in phase["by_kind_us"].items():
-            by_kind.setdefault(kind, []).extend(values)
+    by_kind = _merge_by_kind(phase["by_kind_us"] for phase in phases)
     unexpected = sum(
         count
         for (kind, outcome), count in outcomes.items()

@@ -80,20 +80,26 @@ _CLAIM_SQL = _claim_sql("VALUES (%s, %s, %s, %s, %s, %s, '', %s, %s)")
 _CLAIM_IF_WITHIN_BUDGET_SQL = _claim_sql(
     "SELECT %s, %s, %s, %s, %s, %s, '', %s, %s FROM step WHERE step.steps <= %s"
 )
-_OPEN_SQL = f"""
-    WITH step AS ({_STEP_SQL}), claimed AS ({_CLAIM_IF_WITHIN_BUDGET_SQL})
-    SELECT step.steps, claimed.* FROM step LEFT JOIN claimed ON true
-"""
 
 # Outside a transaction block, a call's first statement commits on its own, without waiting for
 # its WAL to reach the disk: the call's last statement (the audit record) commits synchronously,
 # and that flush covers everything written before it, so whatever an agent was answered about is
 # durable. set_config(..., true) lasts only for the statement's own transaction.
 _ASYNC_COMMIT = "commit_mode AS (SELECT set_config('synchronous_commit', 'off', true))"
-_OPEN_ASYNC_SQL = f"""
-    WITH {_ASYNC_COMMIT}, step AS ({_STEP_SQL}), claimed AS ({_CLAIM_IF_WITHIN_BUDGET_SQL})
-    SELECT step.steps, claimed.* FROM commit_mode, step LEFT JOIN claimed ON true
+
+
+def _open_sql(*, asynchronous: bool) -> str:
+    """The call's opening in one statement, committed asynchronously or not."""
+    commit_mode = f"{_ASYNC_COMMIT}, " if asynchronous else ""
+    source = "commit_mode, step" if asynchronous else "step"
+    return f"""
+    WITH {commit_mode}step AS ({_STEP_SQL}), claimed AS ({_CLAIM_IF_WITHIN_BUDGET_SQL})
+    SELECT step.steps, claimed.* FROM {source} LEFT JOIN claimed ON true
 """
+
+
+_OPEN_SQL = _open_sql(asynchronous=False)
+_OPEN_ASYNC_SQL = _open_sql(asynchronous=True)
 _STEP_ASYNC_SQL = f"WITH {_ASYNC_COMMIT}, step AS ({_STEP_SQL}) SELECT steps FROM commit_mode, step"
 
 _SETTLE_SQL = f"UPDATE {_RECORD} SET status = %s, result = %s, updated_at = %s WHERE key = %s"
@@ -197,8 +203,8 @@ class OrmState:
     def _begin_call_transaction(self) -> None:
         stack = _CALL.get()
         if stack is None:
-            # Called outside call_scope (a test of the port alone): nothing to begin.
-            return
+            # A write's claim outside a call's scope would run with no transaction around it.
+            raise RuntimeError("OrmState claims a write's key only inside call_scope()")
         if _one_statement():
             stack.enter_context(transaction.atomic())
 

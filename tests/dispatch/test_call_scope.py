@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import pytest
 from django.db import connection, transaction
 
 from dispatch.models import Agent, AuditRecord, IdempotencyRecord, Session
 from dispatch.pipeline.results import CallResult
+from dispatch.pipeline.state import ClaimRequest
 from dispatch.services import call_dispatch
+from dispatch.store import OrmState
 from tests.conftest import Ledger, MakeAgent
 
 ON_POSTGRESQL = connection.vendor == "postgresql"
-postgresql_only = pytest.mark.skipif(not ON_POSTGRESQL, reason="PostgreSQL's call scopes")
+postgresql_only = pytest.mark.skipif(
+    not ON_POSTGRESQL, reason="needs PostgreSQL: only there do reads run outside a transaction"
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
@@ -171,7 +176,7 @@ def test_repeated_reads_outside_a_transaction_are_still_counted_into_a_loop(
     assert AuditRecord.objects.count() == Session.objects.get().steps == 4
 
 
-@pytest.mark.skipif(ON_POSTGRESQL, reason="SQLite's call scope")
+@pytest.mark.skipif(ON_POSTGRESQL, reason="SQLite only: there every call is one transaction")
 def test_on_sqlite_every_call_is_one_transaction(make_agent: MakeAgent) -> None:
     agent, _ = make_agent()
 
@@ -183,3 +188,21 @@ def test_on_sqlite_every_call_is_one_transaction(make_agent: MakeAgent) -> None:
 
     assert statements and all(statements)
     assert AuditRecord.objects.count() == Session.objects.get().steps == 2
+
+
+def test_the_store_refuses_to_claim_a_writes_key_outside_a_calls_scope(
+    make_agent: MakeAgent,
+) -> None:
+    agent, _ = make_agent()
+    claim = ClaimRequest("k" * 64, "refund_order", True, 3, datetime.now(UTC))
+
+    with pytest.raises(RuntimeError, match="call_scope"):
+        OrmState().open_call(
+            agent_id=str(agent.pk),
+            session_id="s-1",
+            customer_id="CUS-1",
+            step_budget=20,
+            claim=claim,
+        )
+
+    assert not Session.objects.exists()
