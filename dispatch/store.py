@@ -20,12 +20,14 @@ from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from django.db import connection, transaction
 from django.utils.dateparse import parse_datetime
 
 from approvals.models import Confirmation
+from dispatch import readahead
 from dispatch.models import AuditRecord, IdempotencyRecord, Session
 from dispatch.pipeline.state import (
     AuditEntry,
@@ -88,18 +90,30 @@ _CLAIM_IF_WITHIN_BUDGET_SQL = _claim_sql(
 _ASYNC_COMMIT = "commit_mode AS (SELECT set_config('synchronous_commit', 'off', true))"
 
 
-def _open_sql(*, asynchronous: bool) -> str:
-    """The call's opening in one statement, committed asynchronously or not."""
+@cache
+def _open_sql(*, asynchronous: bool, lookup_sql: str | None = None) -> str:
+    """The call's opening in one statement, committed asynchronously or not.
+
+    With a lookup's SELECT (dispatch/readahead.py), the same statement reads that record too, but
+    only within the budget: a call over it reads nothing, as it claims nothing.
+    """
     commit_mode = f"{_ASYNC_COMMIT}, " if asynchronous else ""
     source = "commit_mode, step" if asynchronous else "step"
+    looked, looked_columns = "", ""
+    if lookup_sql is not None:
+        looked = (
+            ", looked AS (SELECT true AS found, lookup.* FROM "
+            f"({lookup_sql}) AS lookup WHERE (SELECT steps FROM step) <= %s)"
+        )
+        looked_columns, source = ", looked.*", f"{source} LEFT JOIN looked ON true"
     return f"""
-    WITH {commit_mode}step AS ({_STEP_SQL}), claimed AS ({_CLAIM_IF_WITHIN_BUDGET_SQL})
-    SELECT step.steps, claimed.* FROM {source} LEFT JOIN claimed ON true
+    WITH {commit_mode}step AS ({_STEP_SQL}), claimed AS ({_CLAIM_IF_WITHIN_BUDGET_SQL}){looked}
+    SELECT step.steps, claimed.*{looked_columns} FROM {source} LEFT JOIN claimed ON true
 """
 
 
-_OPEN_SQL = _open_sql(asynchronous=False)
-_OPEN_ASYNC_SQL = _open_sql(asynchronous=True)
+# The opening's row: the step, then the claim's columns, then the lookup's found flag and row.
+_CLAIM_END = 1 + len(_CLAIM_COLUMNS.split(","))
 _STEP_ASYNC_SQL = f"WITH {_ASYNC_COMMIT}, step AS ({_STEP_SQL}) SELECT steps FROM commit_mode, step"
 
 _SETTLE_SQL = f"UPDATE {_RECORD} SET status = %s, result = %s, updated_at = %s WHERE key = %s"
@@ -192,6 +206,7 @@ class OrmState:
         transaction for every call.
         """
         with ExitStack() as stack:
+            stack.enter_context(readahead.call_reads())
             if not _one_statement():
                 stack.enter_context(transaction.atomic())
             token = _CALL.set(stack)
@@ -223,9 +238,14 @@ class OrmState:
             increment = 1
             first_verdict, first_status = _first_decision(claim, increment)
             stamp = _db_now(claim.now)
+            lookup = claim.lookup
+            source = None if lookup is None else readahead.source_get(lookup.source)
             with connection.cursor() as cursor:
                 cursor.execute(
-                    _OPEN_ASYNC_SQL if _on_its_own() else _OPEN_SQL,
+                    _open_sql(
+                        asynchronous=_on_its_own(),
+                        lookup_sql=None if source is None else source.sql,
+                    ),
                     [
                         int(agent_id),
                         session_id,
@@ -242,6 +262,7 @@ class OrmState:
                         stamp,
                         step_budget,
                         increment,
+                        *(() if source is None or lookup is None else (*lookup.key, step_budget)),
                     ],
                 )
                 row = cursor.fetchone()
@@ -250,10 +271,19 @@ class OrmState:
             steps = int(row[0])
             if steps > step_budget:
                 return Opening(steps, None)
+            if source is not None and lookup is not None:
+                found = row[_CLAIM_END]
+                readahead.keep(lookup, source.to_value(row[_CLAIM_END + 1 :]) if found else None)
             return Opening(
                 steps,
                 self._decide(
-                    row[1:], claim, agent_id, session_id, increment, first_verdict, first_status
+                    row[1:_CLAIM_END],
+                    claim,
+                    agent_id,
+                    session_id,
+                    increment,
+                    first_verdict,
+                    first_status,
                 ),
             )
         steps = self.next_step(agent_id=agent_id, session_id=session_id, customer_id=customer_id)

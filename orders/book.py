@@ -11,7 +11,16 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from dispatch.pipeline.state import Lookup
 from dispatch.pipeline.tools import OutcomeUnknownError, TransientError
+
+# The order tools' lookup (ToolSpec.lookup): the order, by id and customer, as OrderBook.find
+# reads it.
+ORDER_SOURCE = "orders.order"
+
+
+def order_lookup(*, customer_id: str, order_id: str) -> Lookup:
+    return Lookup(ORDER_SOURCE, (order_id, customer_id))
 
 
 @dataclass(frozen=True, slots=True)

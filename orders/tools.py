@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dispatch.pipeline.codes import Code
+from dispatch.pipeline.state import Lookup
 from dispatch.pipeline.tools import (
     CheckContext,
     ExecutionContext,
@@ -20,7 +21,7 @@ from dispatch.pipeline.tools import (
     Risk,
     ToolSpec,
 )
-from orders.book import OrderBook, OrderView, RefundRefused
+from orders.book import OrderBook, OrderView, RefundRefused, order_lookup
 
 CURRENCIES = ("BRL", "USD", "EUR")
 REFUND_REASONS = ("damaged", "not_delivered", "customer_request")
@@ -113,6 +114,13 @@ def _refused(exc: RefundRefused, arguments: RefundOrderArguments) -> Rejection:
     return _not_found(arguments.order_id)
 
 
+def _the_order(
+    arguments: GetOrderArguments | RefundOrderArguments, context: CheckContext
+) -> Lookup:
+    # What both tools read first: get_order's handler, refund_order's check.
+    return order_lookup(customer_id=context.customer_id, order_id=arguments.order_id)
+
+
 def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
     def get_order(arguments: GetOrderArguments, context: ExecutionContext) -> Mapping[str, Any]:
         order = book.find(customer_id=context.customer_id, order_id=arguments.order_id)
@@ -164,6 +172,7 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             arguments=GetOrderArguments,
             handler=get_order,
             codes=(ORDER_NOT_FOUND,),
+            lookup=_the_order,
         ),
         ToolSpec(
             name="refund_order",
@@ -177,5 +186,6 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             risk=Risk.HIGH,
             amount_field="amount_cents",
             codes=(ORDER_NOT_FOUND, CURRENCY_MISMATCH, AMOUNT_EXCEEDS_REFUNDABLE),
+            lookup=_the_order,
         ),
     )

@@ -206,7 +206,15 @@ class Pipeline:
             request = None
         else:
             spec, arguments, validated, canonical, key = checked
-            request = ClaimRequest(key, spec.name, spec.writes, policy.repeat_limit, self.clock())
+            lookup = spec.lookup
+            request = ClaimRequest(
+                key,
+                spec.name,
+                spec.writes,
+                policy.repeat_limit,
+                self.clock(),
+                None if lookup is None else lookup(arguments, CheckContext(call.customer_id)),
+            )
 
         # 0. Step budget: the cheapest check, and it bounds every loop an agent can get into.
         opening = self.state.open_call(

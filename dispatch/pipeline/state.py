@@ -94,6 +94,16 @@ def decide_claim(
     return _OWNED, _KEY_IN_PROGRESS
 
 
+class Lookup(NamedTuple):
+    """A record that a call reads first, named by its source and its key (ToolSpec.lookup).
+
+    A store may read it with the call's opening, if it knows the source; the core never reads it.
+    """
+
+    source: str
+    key: tuple[Any, ...]
+
+
 class ClaimRequest(NamedTuple):
     """A key to claim when a call opens (see StatePort.open_call)."""
 
@@ -102,6 +112,8 @@ class ClaimRequest(NamedTuple):
     exclusive: bool
     repeat_limit: int
     now: datetime
+    # The record the call reads first, if its tool declares one.
+    lookup: Lookup | None = None
 
 
 class Opening(NamedTuple):
@@ -155,7 +167,10 @@ class StatePort(Protocol):
         claim: ClaimRequest | None,
     ) -> Opening:
         """Count one step of the session (binding it on first use); then, only if the new count
-        is within step_budget, claim the key as claim() does. Raises SessionConflict."""
+        is within step_budget, claim the key as claim() does. Raises SessionConflict.
+
+        Within the budget, a store may also read the claim's lookup in the same request, for the
+        domain's read to use; ignoring it is always correct."""
         ...
 
     def claim(

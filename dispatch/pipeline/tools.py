@@ -15,6 +15,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from pydantic import BaseModel
 
 from dispatch.pipeline.codes import CORE_CODES, Code, CodeCatalogue
+from dispatch.pipeline.state import Lookup
 
 Args = TypeVar("Args", bound=BaseModel)
 
@@ -77,6 +78,7 @@ class OutcomeUnknownError(Exception):
 
 Check = Callable[[Args, CheckContext], Rejection | None]
 Handler = Callable[[Args, ExecutionContext], Mapping[str, Any]]
+LookupOf = Callable[[Args, CheckContext], Lookup]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,9 @@ class ToolSpec(Generic[Args]):
     # Business codes the check and the handler may answer with.
     codes: tuple[Code, ...] = ()
     label: str = ""
+    # The record the call reads first (its check's read, or else its handler's), which a store
+    # may read with the call's opening, one round trip fewer (dispatch/readahead.py).
+    lookup: LookupOf[Args] | None = None
 
     def __post_init__(self) -> None:
         if self.amount_field is not None and self.amount_field not in self.arguments.model_fields:

@@ -1,8 +1,9 @@
 """How many statements a call sends to the database: what docs/benchmarks.md counts.
 
-On PostgreSQL the store counts the step and claims the key in one statement, settles the key with
-the audit record, and a refund takes from the order and enters the ledger in one; SQLite, which
-has no data-modifying WITH, runs each of them as two. BEGIN and COMMIT are not counted here:
+On PostgreSQL the store counts the step, claims the key and reads the order the tool declares as
+its lookup in one statement, settles the key with the audit record, and a refund takes from the
+order and enters the ledger in one; SQLite, which has no data-modifying WITH, runs each of them
+as separate statements. BEGIN and COMMIT are not counted here:
 they are one round trip each, made on PostgreSQL only by a call that claims a write's key
 (tests/dispatch/test_call_scope.py).
 """
@@ -43,13 +44,13 @@ def _statements(make_agent: MakeAgent, tool: str, arguments: dict[str, object]) 
 
 
 @pytest.mark.usefixtures("orders")
-def test_a_read_is_open_order_and_audit(make_agent: MakeAgent) -> None:
+def test_a_read_is_its_opening_with_the_order_then_its_audit(make_agent: MakeAgent) -> None:
     count = _statements(make_agent, "get_order", {"order_id": "ORD-1001"})
 
-    assert count == (3 if ONE_STATEMENT else 4)
+    assert count == (2 if ONE_STATEMENT else 4)
 
 
-def test_an_executed_refund_is_open_order_refund_and_audit(
+def test_an_executed_refund_is_its_opening_with_the_order_its_refund_and_audit(
     make_agent: MakeAgent, orders: dict[str, Order], settings: Settings
 ) -> None:
     # As in production: with fault injection on, the gateway also reads its switch.
@@ -63,6 +64,6 @@ def test_an_executed_refund_is_open_order_refund_and_audit(
 
     count = _statements(make_agent, "refund_order", arguments)
 
-    assert count == (4 if ONE_STATEMENT else 7)
+    assert count == (3 if ONE_STATEMENT else 7)
     orders["ORD-1001"].refresh_from_db()
     assert orders["ORD-1001"].refunded_cents == 500

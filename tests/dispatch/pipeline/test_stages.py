@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
-from dispatch.pipeline.state import KeyStatus
+from dispatch.pipeline.state import KeyStatus, Lookup
 from orders.book import GatewayFaults
 from tests.dispatch.pipeline.conftest import Harness, default_policy
 
@@ -539,3 +540,24 @@ def test_it_refuses_a_nul_character_in_any_string(harness: Harness) -> None:
 
     assert escaped.code == in_a_key.code == "INVALID_JSON"
     assert "NUL" in escaped.message
+
+
+def test_a_call_names_the_record_its_tool_reads_first_when_it_opens(harness: Harness) -> None:
+    lookups = []
+    open_call = harness.state.open_call
+
+    def recording_open_call(**opening: Any) -> Any:
+        lookups.append(opening["claim"].lookup if opening["claim"] else None)
+        return open_call(**opening)
+
+    harness.state.open_call = recording_open_call  # type: ignore[method-assign]
+
+    harness.call("get_order", {"order_id": "ORD-1001"})
+    harness.refund()
+    harness.call("get_order", {"order_id": 1001})
+
+    assert lookups == [
+        Lookup("orders.order", ("ORD-1001", "CUS-1")),
+        Lookup("orders.order", ("ORD-1001", "CUS-1")),
+        None,
+    ]
