@@ -239,7 +239,7 @@ class OrmState:
             first_verdict, first_status = _first_decision(claim, increment)
             stamp = _db_now(claim.now)
             lookup = claim.lookup
-            source = None if lookup is None else readahead.source_get(lookup.source)
+            source = None if lookup is None else readahead.source_get(lookup[0])
             with connection.cursor() as cursor:
                 cursor.execute(
                     _open_sql(
@@ -262,7 +262,7 @@ class OrmState:
                         stamp,
                         step_budget,
                         increment,
-                        *(() if source is None or lookup is None else (*lookup.key, step_budget)),
+                        *(() if source is None or lookup is None else (*lookup[1], step_budget)),
                     ],
                 )
                 row = cursor.fetchone()

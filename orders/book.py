@@ -19,8 +19,8 @@ from dispatch.pipeline.tools import OutcomeUnknownError, TransientError
 ORDER_SOURCE = "orders.order"
 
 
-def order_lookup(*, customer_id: str, order_id: str) -> Lookup:
-    return Lookup(ORDER_SOURCE, (order_id, customer_id))
+def order_lookup(customer_id: str, order_id: str) -> Lookup:
+    return (ORDER_SOURCE, (order_id, customer_id))
 
 
 @dataclass(frozen=True, slots=True)

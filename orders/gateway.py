@@ -91,7 +91,7 @@ def _fault(kind: GatewayFaultKind) -> bool:
 
 class OrmOrderBook:
     def find(self, *, customer_id: str, order_id: str) -> OrderView | None:
-        found, order = readahead.take(order_lookup(customer_id=customer_id, order_id=order_id))
+        found, order = readahead.take(order_lookup(customer_id, order_id))
         if found:
             return order  # type: ignore[no-any-return]
         return self._read(customer_id=customer_id, order_id=order_id)

@@ -114,11 +114,9 @@ def _refused(exc: RefundRefused, arguments: RefundOrderArguments) -> Rejection:
     return _not_found(arguments.order_id)
 
 
-def _the_order(
-    arguments: GetOrderArguments | RefundOrderArguments, context: CheckContext
-) -> Lookup:
+def _the_order(arguments: GetOrderArguments | RefundOrderArguments, customer_id: str) -> Lookup:
     # What both tools read first: get_order's handler, refund_order's check.
-    return order_lookup(customer_id=context.customer_id, order_id=arguments.order_id)
+    return order_lookup(customer_id, arguments.order_id)
 
 
 def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:

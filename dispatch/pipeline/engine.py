@@ -213,7 +213,7 @@ class Pipeline:
                 spec.writes,
                 policy.repeat_limit,
                 self.clock(),
-                None if lookup is None else lookup(arguments, CheckContext(call.customer_id)),
+                None if lookup is None else lookup(arguments, call.customer_id),
             )
 
         # 0. Step budget: the cheapest check, and it bounds every loop an agent can get into.

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 
 class SessionConflict(Exception):
@@ -94,14 +94,10 @@ def decide_claim(
     return _OWNED, _KEY_IN_PROGRESS
 
 
-class Lookup(NamedTuple):
-    """A record that a call reads first, named by its source and its key (ToolSpec.lookup).
-
-    A store may read it with the call's opening, if it knows the source; the core never reads it.
-    """
-
-    source: str
-    key: tuple[Any, ...]
+# A record that a call reads first, named by its source and its key (ToolSpec.lookup): a store may
+# read it with the call's opening if it knows the source; the core never reads it. A plain tuple,
+# as it is made on every call that reads (a NamedTuple is built through a Python-level __new__).
+Lookup: TypeAlias = tuple[str, tuple[Any, ...]]
 
 
 class ClaimRequest(NamedTuple):

@@ -78,7 +78,8 @@ class OutcomeUnknownError(Exception):
 
 Check = Callable[[Args, CheckContext], Rejection | None]
 Handler = Callable[[Args, ExecutionContext], Mapping[str, Any]]
-LookupOf = Callable[[Args, CheckContext], Lookup]
+# The record a call reads first, from its arguments and its customer's id.
+LookupOf = Callable[[Args, str], Lookup]
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ import pytest
 from dispatch import readahead
 from dispatch.pipeline.state import Lookup
 
-ORDER = Lookup("test.order", ("ORD-1", "CUS-1"))
+ORDER: Lookup = ("test.order", ("ORD-1", "CUS-1"))
 
 
 def test_a_record_kept_in_a_call_is_taken_once() -> None:
@@ -29,8 +29,8 @@ def test_only_the_same_lookup_is_served() -> None:
     with readahead.call_reads():
         readahead.keep(ORDER, "the order")
 
-        assert readahead.take(Lookup("test.order", ("ORD-1", "CUS-2"))) == (False, None)
-        assert readahead.take(Lookup("test.other", ("ORD-1", "CUS-1"))) == (False, None)
+        assert readahead.take(("test.order", ("ORD-1", "CUS-2"))) == (False, None)
+        assert readahead.take(("test.other", ("ORD-1", "CUS-1"))) == (False, None)
 
 
 def test_what_a_call_kept_is_gone_when_it_ends() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dispatch.pipeline.state import KeyStatus, Lookup
+from dispatch.pipeline.state import KeyStatus
 from orders.book import GatewayFaults
 from tests.dispatch.pipeline.conftest import Harness, default_policy
 
@@ -557,7 +557,7 @@ def test_a_call_names_the_record_its_tool_reads_first_when_it_opens(harness: Har
     harness.call("get_order", {"order_id": 1001})
 
     assert lookups == [
-        Lookup("orders.order", ("ORD-1001", "CUS-1")),
-        Lookup("orders.order", ("ORD-1001", "CUS-1")),
+        ("orders.order", ("ORD-1001", "CUS-1")),
+        ("orders.order", ("ORD-1001", "CUS-1")),
         None,
     ]
