@@ -9,7 +9,8 @@ is lost.
 The statements on the hot path of every call are raw SQL (the same on PostgreSQL and SQLite, both
 of which have ON CONFLICT and RETURNING), one round trip each and no ORM query compiled per call:
 counting a step (two on a session's first call), claiming a key (a new key of a write is claimed
-and owned in the same statement), settling it, and appending the audit record. Benchmark (b) in
+and owned in the same statement; on PostgreSQL with the step, and with the record the tool reads
+first, see dispatch/readahead.py), settling it, and appending the audit record. Benchmark (b) in
 docs/benchmarks.md is why: under load a call's cost is mostly its round trips and ORM overhead.
 """
 
