@@ -23,19 +23,20 @@ def _refuse_constant(name: str) -> Any:
     raise StrictJSONError(f"{name} is not JSON; numbers must be finite")
 
 
-def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise StrictJSONError(f"key {key!r} appears more than once")
-            seen.add(key)
-    return obj
+def _finite_float(text: str) -> float:
+    # Called by the scanner for each number with a fraction or an exponent, and only for those.
+    value = float(text)
+    if not math.isfinite(value):
+        raise StrictJSONError("a number is out of range")
+    return value
 
 
+# Objects come out of the scanner as tuples of (key, value) pairs, built by the C type itself
+# rather than by a Python hook on every object; _thaw turns them into dicts, refusing duplicates.
+# Arrays come out as lists, so the two never mix.
 _decoder = json.JSONDecoder(
-    object_pairs_hook=_refuse_duplicates,
+    object_pairs_hook=tuple,
+    parse_float=_finite_float,
     parse_constant=_refuse_constant,
 )
 # The C scanner the decoder built for itself (the type stubs do not declare it).
@@ -43,63 +44,83 @@ _scan_once: Callable[[str, int], tuple[Any, int]] = _decoder.scan_once  # type: 
 _WHITESPACE = " \t\n\r"
 
 
-def _decode(text: str) -> Any:
-    """JSONDecoder.decode without its two Python frames, and without its two regular-expression
-    matches when no whitespace surrounds the value (as a model writes arguments)."""
-    start = len(text) - len(text.lstrip(_WHITESPACE)) if text[:1] in _WHITESPACE else 0
-    try:
-        value, end = _scan_once(text, start)
-    except StopIteration as exc:
-        raise json.JSONDecodeError("Expecting value", text, exc.value) from None
-    if end != len(text):
-        end = len(text) - len(text[end:].lstrip(_WHITESPACE))
-        if end != len(text):
-            raise json.JSONDecodeError("Extra data", text, end)
+def _pairs_to_dict(pairs: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        _refuse_duplicates(pairs)
+    return obj
+
+
+def _refuse_duplicates(pairs: tuple[tuple[str, Any], ...]) -> None:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise StrictJSONError(f"key {key!r} appears more than once")
+        seen.add(key)
+
+
+def _thaw(value: Any, depth: int, refuse_nul: bool) -> Any:
+    """The scanner's value as JSON values (objects as dicts), with check_value's rules."""
+    if isinstance(value, (tuple, list)) and depth > MAX_DEPTH:
+        raise StrictJSONError(f"nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, tuple):
+        obj = _pairs_to_dict(value)
+        for key, item in obj.items():
+            _check_text(key, refuse_nul)
+            obj[key] = _thaw(item, depth + 1, refuse_nul)
+        return obj
+    if isinstance(value, list):
+        return [_thaw(item, depth + 1, refuse_nul) for item in value]
+    if isinstance(value, str):
+        _check_text(value, refuse_nul)
     return value
 
 
 def check_value(value: Any, depth: int = 1, *, refuse_nul: bool = False) -> None:
     """Refuse what JSON cannot say exactly: deep nesting, non-finite numbers, lone surrogates.
 
-    With refuse_nul, also a NUL character in any string: no tool takes one, and PostgreSQL can
-    store none in text or JSON, so arguments holding one are refused before anything keeps them.
+    Depth counts objects and arrays: MAX_DEPTH of them may nest, holding any value. With
+    refuse_nul, also a NUL character in any string: no tool takes one, and PostgreSQL can store
+    none in text or JSON, so arguments holding one are refused before anything keeps them.
     """
-    if depth > MAX_DEPTH:
-        raise StrictJSONError(f"nested deeper than {MAX_DEPTH} levels")
-    if isinstance(value, str):
-        _check_text(value, refuse_nul)
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise StrictJSONError("a number is out of range")
-    elif isinstance(value, dict):
+    if isinstance(value, dict):
+        if depth > MAX_DEPTH:
+            raise StrictJSONError(f"nested deeper than {MAX_DEPTH} levels")
         # Strings and integers, the common items, are checked in place rather than by a call.
         for key, item in value.items():
             if not isinstance(key, str):
                 raise StrictJSONError("object keys must be strings")
             if not key.isascii() or (refuse_nul and "\x00" in key):
                 _check_text(key, refuse_nul)
-            if isinstance(item, str) and depth < MAX_DEPTH:
+            if isinstance(item, str):
                 if not item.isascii() or (refuse_nul and "\x00" in item):
                     _check_text(item, refuse_nul)
-            elif item is None or isinstance(item, int):
-                pass
-            elif isinstance(item, (dict, list, str, float)):
-                check_value(item, depth + 1, refuse_nul=refuse_nul)
-            else:
-                raise StrictJSONError(f"value of {key!r} is not a JSON value")
+            elif not (item is None or isinstance(item, int)):
+                _check_other(item, depth, refuse_nul)
     elif isinstance(value, list):
+        if depth > MAX_DEPTH:
+            raise StrictJSONError(f"nested deeper than {MAX_DEPTH} levels")
         for item in value:
-            if isinstance(item, str) and depth < MAX_DEPTH:
+            if isinstance(item, str):
                 if not item.isascii() or (refuse_nul and "\x00" in item):
                     _check_text(item, refuse_nul)
-            elif item is None or isinstance(item, int):
-                pass
-            elif isinstance(item, (dict, list, str, float)):
-                check_value(item, depth + 1, refuse_nul=refuse_nul)
-            else:
-                raise StrictJSONError("an array item is not a JSON value")
-    elif not (value is None or isinstance(value, (bool, int))):
-        raise StrictJSONError("not a JSON value")
+            elif not (item is None or isinstance(item, int)):
+                _check_other(item, depth, refuse_nul)
+    elif isinstance(value, str):
+        _check_text(value, refuse_nul)
+    elif not (value is None or isinstance(value, int)):
+        _check_other(value, depth - 1, refuse_nul)
+
+
+def _check_other(item: Any, depth: int, refuse_nul: bool) -> None:
+    """A value held at depth that is not a string, an integer, a boolean or null."""
+    if isinstance(item, float):
+        if not math.isfinite(item):
+            raise StrictJSONError("a number is out of range")
+    elif isinstance(item, (dict, list)):
+        check_value(item, depth + 1, refuse_nul=refuse_nul)
+    else:
+        raise StrictJSONError(f"{type(item).__name__} is not a JSON value")
 
 
 def _check_text(text: str, refuse_nul: bool) -> None:
@@ -114,8 +135,18 @@ def _check_text(text: str, refuse_nul: bool) -> None:
 
 def loads(text: str, *, refuse_nul: bool = False) -> Any:
     """Parse one strict JSON value."""
+    # JSONDecoder.decode without its two Python frames, and without its two regular-expression
+    # matches when no whitespace surrounds the value (as a model writes arguments).
     try:
-        value = _decode(text)
+        start = len(text) - len(text.lstrip(_WHITESPACE)) if text[:1] in _WHITESPACE else 0
+        try:
+            value, end = _scan_once(text, start)
+        except StopIteration as exc:
+            raise json.JSONDecodeError("Expecting value", text, exc.value) from None
+        if end != len(text):
+            end = len(text) - len(text[end:].lstrip(_WHITESPACE))
+            if end != len(text):
+                raise json.JSONDecodeError("Extra data", text, end)
     except StrictJSONError:
         raise
     except RecursionError:
@@ -124,13 +155,28 @@ def loads(text: str, *, refuse_nul: bool = False) -> Any:
         raise StrictJSONError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except ValueError as exc:  # e.g. an integer with more digits than Python converts
         raise StrictJSONError(str(exc)) from None
-    check_value(value, refuse_nul=refuse_nul)
-    return value
+    if type(value) is tuple and text.count("{") == 1 and "[" not in text:
+        # One flat object, as a model writes arguments: its values are strings, numbers, booleans
+        # and nulls, its numbers were checked as they were read, and only an escape or a
+        # character beyond ASCII can make a NUL or a lone surrogate. Anything else is walked.
+        obj = dict(value)
+        if len(obj) != len(value):
+            _refuse_duplicates(value)
+        if "\\" in text or not text.isascii():
+            for key, item in obj.items():
+                _check_text(key, refuse_nul)
+                if isinstance(item, str):
+                    _check_text(item, refuse_nul)
+        return obj
+    return _thaw(value, 1, refuse_nul)
 
 
 def loads_object(text: str, *, max_bytes: int) -> dict[str, Any]:
     """Parse text that must hold exactly one JSON object of at most max_bytes (UTF-8)."""
-    if len(text) > max_bytes or (not text.isascii() and len(text.encode("utf-8")) > max_bytes):
+    # A lone surrogate is measured as UTF-8 would write it, and refused by loads.
+    if len(text) > max_bytes or (
+        not text.isascii() and len(text.encode("utf-8", "surrogatepass")) > max_bytes
+    ):
         raise StrictJSONError(f"larger than {max_bytes} bytes")
     value = loads(text, refuse_nul=True)
     if not isinstance(value, dict):
