@@ -43,7 +43,12 @@ def test_model_text_tells_the_model_what_to_do(harness: Harness) -> None:
     fixable = harness.refund(arguments={"amount_cents": 1.5})
     held = harness.refund(8000)
 
-    assert ok.model_text.startswith('OK get_order: {"currency":"BRL"')
+    # Compact JSON of the data, in the order the tool gave it: its id first.
+    assert ok.model_text == (
+        'OK get_order: {"order_id":"ORD-1001","total_cents":12000,"currency":"BRL",'
+        '"refunded_cents":0,"refundable_cents":12000}'
+    )
+    assert json.loads(ok.model_text.removeprefix("OK get_order: ")) == ok.data
     assert fixable.model_text.startswith("ERROR INVALID_ARGUMENTS refund_order: amount_cents")
     assert fixable.model_text.endswith("Correct the call and send it again, or ask the user.")
     assert held.model_text.startswith("PENDING refund_order: held for human approval")
