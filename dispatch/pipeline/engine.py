@@ -177,10 +177,12 @@ class Pipeline:
 
     def run(self, call: ToolCall, policy: Policy) -> CallResult:
         started = self.monotonic()
+        # When the call arrived: the time its audit record gives, and the claim's "now".
+        at = self.clock()
         call_id = self.new_id()
         trace = _Trace()
         try:
-            result = self._run(call, policy, call_id, trace)
+            result = self._run(call, policy, call_id, trace, at)
         except SessionConflict:
             raise
         except Exception:
@@ -194,7 +196,7 @@ class Pipeline:
         # Positional, in field order: keywords would cost a dict on every call of the class.
         entry = AuditEntry(
             call_id,
-            self.clock(),  # at
+            at,
             call.agent_id,
             call.session_id,
             call.customer_id,
@@ -214,7 +216,9 @@ class Pipeline:
         self.state.record(entry, trace.settlement)
         return result
 
-    def _run(self, call: ToolCall, policy: Policy, call_id: str, trace: _Trace) -> CallResult:
+    def _run(
+        self, call: ToolCall, policy: Policy, call_id: str, trace: _Trace, at: datetime
+    ) -> CallResult:
         # Stages 1 to 3 need nothing but the call, so they run before the step is counted: the
         # store then counts the step and claims the key in one request. Their verdict still
         # comes second, as a call over its budget is refused whatever it holds.
@@ -229,7 +233,7 @@ class Pipeline:
                 spec.name,
                 spec.writes,
                 policy.repeat_limit,
-                self.clock(),
+                at,
                 None if lookup is None else lookup(arguments, call.customer_id),
             )
 
