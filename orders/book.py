@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from dispatch.pipeline.state import Lookup
 from dispatch.pipeline.tools import OutcomeUnknownError, TransientError
@@ -23,8 +23,9 @@ def order_lookup(customer_id: str, order_id: str) -> Lookup:
     return (ORDER_SOURCE, (order_id, customer_id))
 
 
-@dataclass(frozen=True, slots=True)
-class OrderView:
+# The order book's records are NamedTuples: as immutable as a frozen dataclass, without its
+# object.__setattr__ for every field; an OrderView is made on every read of an order.
+class OrderView(NamedTuple):
     order_id: str
     customer_id: str
     total_cents: int
@@ -36,8 +37,7 @@ class OrderView:
         return self.total_cents - self.refunded_cents
 
 
-@dataclass(frozen=True, slots=True)
-class RefundReceipt:
+class RefundReceipt(NamedTuple):
     refund_id: str
     order_id: str
     amount_cents: int

@@ -118,15 +118,14 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, ToolSpec[Any]] = {}
         self._catalogue = CodeCatalogue(CORE_CODES)
+        # The tool of a name, or None: the dict's own get, called on every call without a frame.
+        self.get: Callable[[str], ToolSpec[Any] | None] = self._tools.get
 
     def register(self, spec: ToolSpec[Any]) -> None:
         if spec.name in self._tools:
             raise ValueError(f"tool {spec.name!r} is already registered")
         self._catalogue = CodeCatalogue((*self._catalogue, *spec.codes))
         self._tools[spec.name] = spec
-
-    def get(self, name: str) -> ToolSpec[Any] | None:
-        return self._tools.get(name)
 
     def __iter__(self) -> Iterator[ToolSpec[Any]]:
         return iter(self._tools.values())
