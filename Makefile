@@ -1,3 +1,5 @@
+# The interpreter the virtual environment is made from: `make install PYTHON=/usr/bin/python3.11`.
+PYTHON ?= python3
 PY := .venv/bin/python
 BIN := .venv/bin
 STAMP := .venv/.installed
@@ -7,7 +9,7 @@ STAMP := .venv/.installed
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv .venv
+	test -x $(PY) || $(PYTHON) -m venv .venv
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
