@@ -74,6 +74,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.core import python_build
+
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS_MODULE = "bench.settings"
 
@@ -891,7 +893,7 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
                 if options.client_side_binding
                 else ", server-side binding, prepared statements"
             ),
-            "python": platform.python_version(),
+            "python": python_build(),
             "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPUs",
             "load_average_before": [round(value, 2) for value in load_before],
             "load_average_after": [round(value, 2) for value in os.getloadavg()],

@@ -43,6 +43,7 @@ import platform
 import random
 import statistics
 import sys
+import sysconfig
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -286,10 +287,20 @@ def measure(count: int, rounds: int, seed: int) -> dict[str, Any]:
         "median_ratio": core["median_us_per_call"] / naive["median_us_per_call"],
         "target_us_per_call": TARGET_US,
         "target_met": core["us_per_call"] < TARGET_US,
-        "python": platform.python_version(),
+        "python": python_build(),
         "machine": f"{platform.machine()}, {_cpus()} CPUs",
         "gc": "enabled",
     }
+
+
+def python_build() -> str:
+    """The interpreter, as far as its speed goes: version, where it lives, how libpython is linked.
+
+    A build with a shared libpython and no profile-guided optimisation (pyenv's default) runs the
+    same Python code markedly slower than a distribution's static, optimised one.
+    """
+    linked = "shared" if sysconfig.get_config_var("Py_ENABLE_SHARED") else "static"
+    return f"{platform.python_version()} from {sys.base_prefix}, {linked} libpython"
 
 
 def _cpus() -> int:
