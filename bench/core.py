@@ -299,7 +299,14 @@ def python_build() -> str:
     A build with a shared libpython and no profile-guided optimisation (pyenv's default) runs the
     same Python code markedly slower than a distribution's static, optimised one.
     """
-    linked = "shared" if sysconfig.get_config_var("Py_ENABLE_SHARED") else "static"
+    try:
+        # What this process has mapped: a distribution may build libpython shared and yet link
+        # its interpreter statically, as Debian does.
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            shared = "libpython" in maps.read()
+    except OSError:
+        shared = bool(sysconfig.get_config_var("Py_ENABLE_SHARED"))
+    linked = "shared" if shared else "static"
     return f"{platform.python_version()} from {sys.base_prefix}, {linked} libpython"
 
 
