@@ -18,8 +18,11 @@ stays cheap): a fixed number of threads, each with one keep-alive HTTP/1.1 conne
 request as soon as the previous answer arrived (a closed loop), for a warm-up and then a measured
 window; each thread is also capped in requests. A round measures bare then api at the fixed
 concurrency (8: throughput, and p50/p99 under saturation), then bare then api at 1 connection
-(latency without queueing). Rounds alternate the targets so that drift in the machine's speed
-hits both alike, and the figures pool every round. The bare endpoint gets the very same bodies.
+(latency without queueing), then a paired phase at 1 connection: one connection sends each
+session (20 calls, about 0.1 s) to both targets, one after the other, the first taking turns.
+Rounds alternate the targets so that drift in the machine's speed hits both alike, and the
+figures pool every round; the p50 added is also printed round by round, which shows how far the
+machine's drift moves it within one run. The bare endpoint gets the very same bodies.
 
 The CPU time of the gunicorn workers, of the PostgreSQL backends of the bench database, of the
 client and of the whole machine is read from /proc over each measured window: per request, and
@@ -45,7 +48,9 @@ client checks the code of every answer against the one its kind must get.
 
 Targets: the api's throughput at least 0.7 of the bare endpoint's, and its p50 at most 1 ms above.
 The p50 target is judged at 1 connection: at 8, both are saturated and a p50 is mostly queueing
-(p50 ~ connections / throughput), so its delta only restates the throughput ratio, times 8.
+(p50 ~ connections / throughput), so its delta only restates the throughput ratio, times 8. The
+paired phase measures the same thing with drift cancelled over a tenth of a second instead of a
+few seconds; it is printed beside the target's figure as a check on it, not instead of it.
 
 Run: `.venv/bin/python -m bench.api [--duration S] [--rounds R] [--concurrency N] [--json]`.
 Needs PostgreSQL at 127.0.0.1:5432 (`--pg-url`); sends load to 127.0.0.1 only.
@@ -82,6 +87,8 @@ SETTINGS_MODULE = "bench.settings"
 API_PATH = "/api/v1/calls"
 BARE_PATH = "/bench/bare"
 TARGETS = {"bare": BARE_PATH, "api": API_PATH}
+# A phase whose one connection sends every call to both targets in turn (see _load_thread).
+PAIRED = "paired"
 
 TARGET_RATIO = 0.7
 TARGET_P50_DELTA_MS = 1.0
@@ -276,47 +283,58 @@ class _ThreadResult:
 
 def _load_thread(
     *,
-    target: str,
+    heads: Mapping[str, bytes],
     port: int,
-    head: bytes,
     seed: int,
     tag: str,
     index: int,
     stride: int,
     window_ns: tuple[int, int],
     cap: int,
-    outcomes: Counter[tuple[str, str]],
-    out: _ThreadResult,
+    outcomes: Mapping[str, Counter[tuple[str, str]]],
+    out: Mapping[str, _ThreadResult],
 ) -> None:
+    """Send the mix's sessions in order, each session to every target in `heads`.
+
+    With two targets (a paired phase), each session goes to both, one after the other on the
+    same connection (20 calls, about 0.1 s), the first of the two taking turns: drift in the
+    machine's speed, which moves over seconds, then hits both targets alike. Whole sessions
+    rather than single calls, so that what a request leaves to do after its answer (the
+    worker's and the database's) falls mostly on a request to the same target.
+    """
     begin, end = window_ns
     connection = Connection(port)
     number = index
     clock = time.monotonic_ns
+    order = list(heads)
     try:
         while True:
             calls = session_calls(seed, tag, number)
+            turn = number // stride % len(order)
             number += stride
-            for kind, body in calls:
-                request = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
-                started = clock()
-                if started >= end or len(out.latencies_us) >= cap:
-                    return
-                try:
-                    status, answer = connection.exchange(request)
-                except (OSError, ValueError) as exc:
-                    connection.close()
-                    out.errors += 1
-                    out.first_error = out.first_error or f"{type(exc).__name__}: {exc}"
-                    continue
-                finished = clock()
-                out.sent += 1
-                if started >= begin:
-                    latency = (finished - started) // 1000
-                    out.latencies_us.append(latency)
-                    out.by_kind_us.setdefault(kind, []).append(latency)
-                    out.last_end_ns = finished
-                    outcome = outcome_of(answer, target) if status == 200 else f"HTTP {status}"
-                    outcomes[kind, outcome] += 1
+            for target in order[turn:] + order[:turn]:
+                result, head = out[target], heads[target]
+                for kind, body in calls:
+                    request = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+                    started = clock()
+                    if started >= end or len(result.latencies_us) >= cap:
+                        return
+                    try:
+                        status, answer = connection.exchange(request)
+                    except (OSError, ValueError) as exc:
+                        connection.close()
+                        result.errors += 1
+                        result.first_error = result.first_error or f"{type(exc).__name__}: {exc}"
+                        continue
+                    finished = clock()
+                    result.sent += 1
+                    if started >= begin:
+                        latency = (finished - started) // 1000
+                        result.latencies_us.append(latency)
+                        result.by_kind_us.setdefault(kind, []).append(latency)
+                        result.last_end_ns = finished
+                        outcome = outcome_of(answer, target) if status == 200 else f"HTTP {status}"
+                        outcomes[target][kind, outcome] += 1
     finally:
         connection.close()
 
@@ -326,10 +344,31 @@ def _cpu_seconds() -> float:
     return times.user + times.system
 
 
+def _target_report(
+    results: Sequence[_ThreadResult], outcomes: Sequence[Counter[tuple[str, str]]], begin: int
+) -> dict[str, Any]:
+    """What a load process's threads measured of one target, as JSON for the parent."""
+    merged: Counter[tuple[str, str]] = Counter()
+    for counter in outcomes:
+        merged.update(counter)
+    return {
+        "latencies_us": [value for result in results for value in result.latencies_us],
+        "by_kind_us": {
+            kind: [value for result in results for value in result.by_kind_us.get(kind, [])]
+            for kind in sorted({kind for result in results for kind in result.by_kind_us})
+        },
+        "sent": sum(result.sent for result in results),
+        "errors": sum(result.errors for result in results),
+        "first_error": next((r.first_error for r in results if r.first_error), ""),
+        "last_end_ns": max((result.last_end_ns for result in results), default=begin),
+        "outcomes": [[kind, outcome, count] for (kind, outcome), count in merged.items()],
+    }
+
+
 def load_main(argv: Sequence[str]) -> None:
     """`python -m bench.api _load ...`: one client process; prints its results as JSON."""
     parser = argparse.ArgumentParser(prog="bench.api _load")
-    parser.add_argument("--target", choices=sorted(TARGETS), required=True)
+    parser.add_argument("--target", choices=[*sorted(TARGETS), PAIRED], required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--token", required=True)
     parser.add_argument("--seed", type=int, required=True)
@@ -341,25 +380,27 @@ def load_main(argv: Sequence[str]) -> None:
     parser.add_argument("--duration", type=float, required=True)
     parser.add_argument("--cap", type=int, required=True, help="measured requests per thread")
     options = parser.parse_args(argv)
-    head = request_head(TARGETS[options.target], options.port, options.token)
+    targets = list(TARGETS) if options.target == PAIRED else [options.target]
+    heads = {
+        target: request_head(TARGETS[target], options.port, options.token) for target in targets
+    }
     print("ready", flush=True)
     # The parent answers with the common start time (CLOCK_MONOTONIC, shared by processes).
     start_ns = int(sys.stdin.readline().split()[1])
     begin = start_ns + int(options.warmup * 1e9)
     end = begin + int(options.duration * 1e9)
-    outcomes: list[Counter[tuple[str, str]]] = []
-    results: list[_ThreadResult] = []
+    outcomes: list[dict[str, Counter[tuple[str, str]]]] = []
+    results: list[dict[str, _ThreadResult]] = []
     threads = []
     for offset in range(options.threads):
-        outcomes.append(Counter())
-        results.append(_ThreadResult(latencies_us=[]))
+        outcomes.append({target: Counter() for target in targets})
+        results.append({target: _ThreadResult(latencies_us=[]) for target in targets})
         threads.append(
             threading.Thread(
                 target=_load_thread,
                 kwargs={
-                    "target": options.target,
+                    "heads": heads,
                     "port": options.port,
-                    "head": head,
                     "seed": options.seed,
                     "tag": options.tag,
                     "index": options.first_index + offset,
@@ -381,22 +422,17 @@ def load_main(argv: Sequence[str]) -> None:
     cpu_window = _cpu_seconds() - cpu_begin
     for thread in threads:
         thread.join()
-    merged: Counter[tuple[str, str]] = Counter()
-    for counter in outcomes:
-        merged.update(counter)
-    report = {
-        "latencies_us": [value for result in results for value in result.latencies_us],
-        "by_kind_us": {
-            kind: [value for result in results for value in result.by_kind_us.get(kind, [])]
-            for kind in sorted({kind for result in results for kind in result.by_kind_us})
-        },
-        "sent": sum(result.sent for result in results),
-        "errors": sum(result.errors for result in results),
-        "first_error": next((r.first_error for r in results if r.first_error), ""),
+    report: dict[str, Any] = {
         "window_begin_ns": begin,
-        "last_end_ns": max((result.last_end_ns for result in results), default=begin),
         "cpu_seconds": cpu_window,
-        "outcomes": [[kind, outcome, count] for (kind, outcome), count in merged.items()],
+        "by_target": {
+            target: _target_report(
+                [result[target] for result in results],
+                [counter[target] for counter in outcomes],
+                begin,
+            )
+            for target in targets
+        },
     }
     json.dump(report, sys.stdout)
 
@@ -697,29 +733,37 @@ def run_phase(
         if client.returncode != 0:
             raise SystemExit(f"bench/api.py: a load process failed ({client.returncode})")
         reports.append(json.loads(out))
-    latencies = [value for report in reports for value in report["latencies_us"]]
-    outcomes: Counter[tuple[str, str]] = Counter()
-    for report in reports:
-        for kind, outcome, count in report["outcomes"]:
-            outcomes[kind, outcome] += count
-    last = max(report["last_end_ns"] for report in reports)
-    return {
-        "latencies_us": latencies,
-        "by_kind_us": _merge_by_kind(report["by_kind_us"] for report in reports),
-        "seconds": max(last - begin_ns, 1) / 1e9,
-        "sent": sum(report["sent"] for report in reports),
-        "errors": sum(report["errors"] for report in reports),
-        "first_error": next((r["first_error"] for r in reports if r["first_error"]), ""),
-        "outcomes": outcomes,
-        "cpu": {
-            "window_s": (end_ns - begin_ns) / 1e9,
-            "server_s": after.server - before.server,
-            "database_s": after.database - before.database,
-            "client_s": sum(report["cpu_seconds"] for report in reports),
-            "machine_busy_s": after.machine_busy - before.machine_busy,
-            "machine_all_s": after.machine_all - before.machine_all,
-        },
+    cpu = {
+        "window_s": (end_ns - begin_ns) / 1e9,
+        "server_s": after.server - before.server,
+        "database_s": after.database - before.database,
+        "client_s": sum(report["cpu_seconds"] for report in reports),
+        "machine_busy_s": after.machine_busy - before.machine_busy,
+        "machine_all_s": after.machine_all - before.machine_all,
     }
+
+    def measured(name: str) -> dict[str, Any]:
+        parts = [report["by_target"][name] for report in reports]
+        outcomes: Counter[tuple[str, str]] = Counter()
+        for part in parts:
+            for kind, outcome, count in part["outcomes"]:
+                outcomes[kind, outcome] += count
+        last = max(part["last_end_ns"] for part in parts)
+        return {
+            "latencies_us": [value for part in parts for value in part["latencies_us"]],
+            "by_kind_us": _merge_by_kind(part["by_kind_us"] for part in parts),
+            "seconds": max(last - begin_ns, 1) / 1e9,
+            "sent": sum(part["sent"] for part in parts),
+            "errors": sum(part["errors"] for part in parts),
+            "first_error": next((p["first_error"] for p in parts if p["first_error"]), ""),
+            "outcomes": outcomes,
+            # A paired phase's CPU is both targets' together.
+            "cpu": cpu,
+        }
+
+    if target == PAIRED:
+        return {name: measured(name) for name in TARGETS}
+    return measured(target)
 
 
 def _merge_by_kind(parts: Iterator[Mapping[str, list[int]]]) -> dict[str, list[int]]:
@@ -815,6 +859,17 @@ def _cpu_per_request(figures: Mapping[str, Any]) -> float:
     return float(cpu["server_us_per_request"] + cpu["database_us_per_request"])
 
 
+def _deltas_by_round(
+    bare: Sequence[Mapping[str, Any]], api: Sequence[Mapping[str, Any]]
+) -> list[float]:
+    """The p50 added in each round, from the round's phase of each target."""
+    return [
+        _percentile(sorted(api_phase["latencies_us"]), 0.5)
+        - _percentile(sorted(bare_phase["latencies_us"]), 0.5)
+        for bare_phase, api_phase in zip(bare, api, strict=True)
+    ]
+
+
 def measure(options: argparse.Namespace) -> dict[str, Any]:
     pg_url = options.pg_url.rstrip("/")
     database_url = f"{pg_url}/{options.database}"
@@ -831,7 +886,14 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
         client_side_binding=options.client_side_binding,
     )
     # Throughput at the fixed concurrency, and latency at one connection (no queueing).
-    phases: dict[str, list[dict[str, Any]]] = {"bare": [], "api": [], "bare_1": [], "api_1": []}
+    phases: dict[str, list[dict[str, Any]]] = {
+        "bare": [],
+        "api": [],
+        "bare_1": [],
+        "api_1": [],
+        "bare_paired": [],
+        "api_paired": [],
+    }
     sent = {"bare": 0, "api": 0}
     try:
         wait_ready(server, token)
@@ -850,12 +912,15 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
             schedule = [("bare", "bare", loaded), ("api", "api", loaded)]
             if options.latency > 0:
                 schedule += [("bare_1", "bare", one), ("api_1", "api", one)]
+            if options.paired > 0:
+                schedule.append(("paired", PAIRED, replace(one, duration=options.paired)))
             for name, target, plan in schedule:
                 phase = run_phase(
                     server, token, target, f"{name}-{number}", plan, (pg_url, options.database)
                 )
-                sent[target] += phase["sent"]
-                phases[name].append(phase)
+                for each, measured in phase.items() if target == PAIRED else [(target, phase)]:
+                    sent[each] += measured["sent"]
+                    phases[f"{each}_paired" if target == PAIRED else name].append(measured)
     finally:
         server.stop()
     if log.exists() and not log.read_text().strip():
@@ -873,6 +938,16 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
             "api": summarise("api", phases["api_1"]),
         }
     delta = single["api"]["p50_ms"] - single["bare"]["p50_ms"] if single else loaded_delta
+    paired: dict[str, Any] = {}
+    if options.paired > 0:
+        paired = {
+            "bare": summarise("bare", phases["bare_paired"]),
+            "api": summarise("api", phases["api_paired"]),
+        }
+        paired["p50_delta_ms"] = paired["api"]["p50_ms"] - paired["bare"]["p50_ms"]
+        paired["p50_delta_ms_by_round"] = _deltas_by_round(
+            phases["bare_paired"], phases["api_paired"]
+        )
     cpu_ratio = _cpu_per_request(bare) / _cpu_per_request(api)
     kinds = Counter(kind for kind, _ in session_calls(options.seed, "mix", 0))
     return {
@@ -886,6 +961,7 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
             "rounds": options.rounds,
             "seconds_per_round": options.duration,
             "latency_seconds_per_round": options.latency,
+            "paired_seconds_per_round": options.paired,
             "warmup_s": options.warmup,
             "database": f"{server_version}, CONN_MAX_AGE 600, database {options.database}"
             + (
@@ -913,6 +989,10 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
         "p50_delta_ms_loaded": loaded_delta,
         "single_connection": single,
         "p50_delta_ms": delta,
+        # Round by round (each round's bare and api phases run back to back): how far the
+        # machine's drift moves the figure within one run.
+        "p50_delta_ms_by_round": _deltas_by_round(phases["bare_1"], phases["api_1"]),
+        "paired": paired,
         "targets": {
             "ratio_at_least": TARGET_RATIO,
             "p50_delta_at_most_ms": TARGET_P50_DELTA_MS,
@@ -977,6 +1057,22 @@ def render(result: Mapping[str, Any]) -> str:
         f"{'met' if targets['p50_met'] else 'NOT met'}); {result['p50_delta_ms_loaded']:+.2f} ms "
         f"at {concurrency} connections, where p50 is mostly queueing"
     )
+    if result["p50_delta_ms_by_round"]:
+        lines.append(
+            "  p50 added round by round at 1 connection: "
+            + ", ".join(f"{value:+.2f}" for value in result["p50_delta_ms_by_round"])
+            + " ms"
+        )
+    paired = result["paired"]
+    if paired:
+        lines += [
+            _row("bare endpoint, paired", paired["bare"]),
+            _row("POST /api/v1/calls, paired", paired["api"]),
+            f"  p50 added, paired (one connection sends each session to both, in turn): "
+            f"{paired['p50_delta_ms']:+.2f} ms; round by round: "
+            + ", ".join(f"{value:+.2f}" for value in paired["p50_delta_ms_by_round"])
+            + " ms",
+        ]
     if single:
         # Every kind of call against the bare endpoint's p50 (it does the same for each): where
         # the mix's p50 falls depends on how the kinds' latencies interleave.
@@ -1008,6 +1104,8 @@ def render(result: Mapping[str, Any]) -> str:
     everything = [("bare", bare), ("api", api)]
     if single:
         everything += [("bare, 1 conn", single["bare"]), ("api, 1 conn", single["api"])]
+    if result["paired"]:
+        everything += [("bare, paired", paired["bare"]), ("api, paired", paired["api"])]
     for label, figures in everything:
         if figures["errors"] or figures["unexpected_outcomes"]:
             lines.append(
@@ -1023,6 +1121,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=4, help="rounds, each bare then api")
     parser.add_argument(
         "--latency", type=float, default=2.0, help="seconds per round at 1 connection (0: none)"
+    )
+    parser.add_argument(
+        "--paired",
+        type=float,
+        default=2.0,
+        help="seconds per round at 1 connection sending each call to both targets (0: none)",
     )
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
     parser.add_argument("--concurrency", type=int, default=8, help="keep-alive connections")
