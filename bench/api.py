@@ -52,7 +52,8 @@ The p50 target is judged at 1 connection: at 8, both are saturated and a p50 is 
 paired phase measures the same thing with drift cancelled over a tenth of a second instead of a
 few seconds; it is printed beside the target's figure as a check on it, not instead of it.
 
-Run: `.venv/bin/python -m bench.api [--duration S] [--rounds R] [--concurrency N] [--json]`.
+Run: `.venv/bin/python -m bench.api [--duration S] [--rounds R] [--paired S] [--concurrency N]
+[--json]`.
 Needs PostgreSQL at 127.0.0.1:5432 (`--pg-url`); sends load to 127.0.0.1 only.
 """
 
