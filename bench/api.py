@@ -88,7 +88,7 @@ SETTINGS_MODULE = "bench.settings"
 API_PATH = "/api/v1/calls"
 BARE_PATH = "/bench/bare"
 TARGETS = {"bare": BARE_PATH, "api": API_PATH}
-# A phase whose one connection sends every call to both targets in turn (see _load_thread).
+# A phase whose one connection sends every session to both targets in turn (see _load_thread).
 PAIRED = "paired"
 
 TARGET_RATIO = 0.7
