@@ -945,6 +945,9 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
             "bare": summarise("bare", phases["bare_paired"]),
             "api": summarise("api", phases["api_paired"]),
         }
+        for figures in paired.values():
+            # The phase's CPU is both targets' together: per request of one, it would mislead.
+            del figures["cpu"]
         paired["p50_delta_ms"] = paired["api"]["p50_ms"] - paired["bare"]["p50_ms"]
         paired["p50_delta_ms_by_round"] = _deltas_by_round(
             phases["bare_paired"], phases["api_paired"]

@@ -109,7 +109,7 @@ def check_value(value: Any, depth: int = 1, *, refuse_nul: bool = False) -> None
     elif isinstance(value, str):
         _check_text(value, refuse_nul)
     elif not (value is None or isinstance(value, int)):
-        _check_other(value, depth - 1, refuse_nul)
+        _check_other(value, depth, refuse_nul)
 
 
 def _check_other(item: Any, depth: int, refuse_nul: bool) -> None:
@@ -159,9 +159,7 @@ def loads(text: str, *, refuse_nul: bool = False) -> Any:
         # One flat object, as a model writes arguments: its values are strings, numbers, booleans
         # and nulls, its numbers were checked as they were read, and only an escape or a
         # character beyond ASCII can make a NUL or a lone surrogate. Anything else is walked.
-        obj = dict(value)
-        if len(obj) != len(value):
-            _refuse_duplicates(value)
+        obj = _pairs_to_dict(value)
         if "\\" in text or not text.isascii():
             for key, item in obj.items():
                 _check_text(key, refuse_nul)
