@@ -1129,8 +1129,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--paired",
         type=float,
-        default=2.0,
-        help="seconds per round at 1 connection sending each call to both targets (0: none)",
+        default=8.0,
+        help="seconds per round at 1 connection sending each session to both targets (0: none)",
     )
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
     parser.add_argument("--concurrency", type=int, default=8, help="keep-alive connections")
