@@ -11,12 +11,14 @@ they are one round trip each, made on PostgreSQL only by a call that claims a wr
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from pytest_django import Settings
 
+from dispatch.models import AuditRecord, IdempotencyRecord, Session
 from dispatch.services import call_dispatch
 from orders.models import Order
 from tests.conftest import MakeAgent
@@ -67,3 +69,37 @@ def test_an_executed_refund_is_its_opening_with_the_order_its_refund_and_audit(
     assert count == (3 if ONE_STATEMENT else 7)
     orders["ORD-1001"].refresh_from_db()
     assert orders["ORD-1001"].refunded_cents == 500
+
+
+@pytest.mark.usefixtures("orders")
+def test_a_calls_statements_share_one_cursor_closed_with_the_call(make_agent: MakeAgent) -> None:
+    agent, _ = make_agent()
+    tables = (Session._meta.db_table, IdempotencyRecord._meta.db_table, AuditRecord._meta.db_table)
+    cursors: list[list[Any]] = []
+
+    def note(execute: Any, sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
+        if any(table in sql for table in tables):
+            cursors[-1].append(context["cursor"])
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(note):
+        for _ in range(2):
+            cursors.append([])
+            result = call_dispatch(
+                agent=agent,
+                session_id="s-1",
+                customer_id="CUS-1",
+                tool="get_order",
+                arguments='{"order_id": "ORD-1001"}',
+            )
+            assert result.ok, result.message
+
+    first, second = cursors
+    # The opening and the audit record; on SQLite the step, the claim and the audit record (the
+    # order is read by the domain, with a cursor of its own).
+    assert len(first) == (2 if ONE_STATEMENT else 3)
+    assert len({id(cursor) for cursor in first}) == 1
+    # Each call has a cursor of its own, and the first was closed when its call ended.
+    assert second[0] is not first[0]
+    with pytest.raises(Exception, match=r"(?i)closed"):
+        first[0].execute("SELECT 1")
