@@ -203,7 +203,7 @@ _CALL: ContextVar[_Call | None] = ContextVar("toolgate_call", default=None)
 def _cursor() -> AbstractContextManager[CursorWrapper]:
     """A cursor for one statement: the call's own, opened by its first and closed at its end.
 
-    Opening a Django cursor costs about a third of a short statement's client time; a call's
+    Opening a Django cursor costs about a third of a short statement's client CPU; a call's
     statements share one. Outside a call, a cursor of its own, closed after the statement.
     """
     call = _CALL.get()
