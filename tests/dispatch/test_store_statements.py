@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import Error, connection
 from django.test.utils import CaptureQueriesContext
 from pytest_django import Settings
 
@@ -101,5 +101,5 @@ def test_a_calls_statements_share_one_cursor_closed_with_the_call(make_agent: Ma
     assert len({id(cursor) for cursor in first}) == 1
     # Each call has a cursor of its own, and the first was closed when its call ended.
     assert second[0] is not first[0]
-    with pytest.raises(Exception, match=r"(?i)closed"):
+    with pytest.raises(Error, match=r"(?i)closed"):
         first[0].execute("SELECT 1")
