@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from approvals.models import Confirmation
+from dispatch.models import Confirmation
 from dispatch.admin import ReadOnlyAdmin
 
 

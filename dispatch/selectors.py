@@ -7,8 +7,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from approvals.models import Confirmation, ConfirmationStatus
-from dispatch.models import Agent, AuditRecord, Session
+from dispatch.models import Agent, AuditRecord, Confirmation, ConfirmationStatus, Session
 from dispatch.pipeline.tools import ToolSpec
 from dispatch.registry import tool_registry
 

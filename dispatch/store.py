@@ -29,7 +29,7 @@ from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 from django.utils.dateparse import parse_datetime
 
-from approvals.models import Confirmation
+from dispatch.models import Confirmation
 from dispatch import readahead
 from dispatch.models import AuditRecord, IdempotencyRecord, Session
 from dispatch.pipeline.state import (

@@ -51,13 +51,13 @@ class DemoUser:
 
 DEMO_USERS = (
     DemoUser("admin", None, True),
-    DemoUser("reviewer", "reviewers", False, ("approvals.view_confirmation",)),
+    DemoUser("reviewer", "reviewers", False, ("dispatch.view_confirmation",)),
     DemoUser(
         "manager",
         "managers",
         False,
         (
-            "approvals.view_confirmation",
+            "dispatch.view_confirmation",
             "dispatch.view_agent",
             "dispatch.view_policy",
             "dispatch.view_session",

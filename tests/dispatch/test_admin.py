@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from approvals.models import Confirmation
+from dispatch.models import Confirmation
 from dispatch.models import Agent, AuditRecord, Policy
 from dispatch.services import agent_authenticate, agent_create, call_dispatch
 
@@ -215,13 +215,13 @@ def test_confirmations_are_listed_by_status_read_only(admin_client: Client, agen
         expires_at=now + timedelta(hours=1),
     )
 
-    pending = admin_client.get("/admin/approvals/confirmation/", {"status__exact": "pending"})
-    approved = admin_client.get("/admin/approvals/confirmation/", {"status__exact": "approved"})
-    searched = admin_client.get("/admin/approvals/confirmation/", {"q": "admin-s1"})
+    pending = admin_client.get("/admin/dispatch/confirmation/", {"status__exact": "pending"})
+    approved = admin_client.get("/admin/dispatch/confirmation/", {"status__exact": "approved"})
+    searched = admin_client.get("/admin/dispatch/confirmation/", {"q": "admin-s1"})
 
     local = timezone.localtime(now)
     by_month = admin_client.get(
-        "/admin/approvals/confirmation/",
+        "/admin/dispatch/confirmation/",
         {"created_at__year": local.year, "created_at__month": local.month},
     )
 
@@ -229,5 +229,5 @@ def test_confirmations_are_listed_by_status_read_only(admin_client: Client, agen
     assert b"c0ffee" not in approved.content
     assert b"c0ffee" in searched.content
     assert b"c0ffee" in by_month.content
-    assert admin_client.get("/admin/approvals/confirmation/add/").status_code == 403
-    assert admin_client.post("/admin/approvals/confirmation/c0ffee/delete/").status_code == 403
+    assert admin_client.get("/admin/dispatch/confirmation/add/").status_code == 403
+    assert admin_client.post("/admin/dispatch/confirmation/c0ffee/delete/").status_code == 403

@@ -20,7 +20,7 @@ import requests
 from django.db import connection
 from pytest_django.live_server_helper import LiveServer
 
-from approvals.models import Confirmation
+from dispatch.models import Confirmation
 from dispatch.models import AuditRecord, Session
 from orders.services import gateway_faults_set
 from tests.conftest import AgentClient, Ledger, MakeAgent

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from approvals.models import Confirmation
+from dispatch.models import Confirmation
 from dispatch.models import Agent, AuditRecord, IdempotencyRecord
 from orders.models import Order
 from orders.services import gateway_faults_set

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from approvals.models import Confirmation
+from dispatch.models import Confirmation
 from dispatch.models import Agent
 from dispatch.registry import tool_registry
 from tests.conftest import AgentClient, ClientFor, Ledger, MakeAgent

@@ -99,7 +99,7 @@ def test_the_reviewer_and_the_manager_see_only_what_their_group_may(
     run("seed_demo", "--force")
 
     assert client.login(username="reviewer", password="toolgate-demo")
-    assert client.get("/admin/approvals/confirmation/").status_code == 200
+    assert client.get("/admin/dispatch/confirmation/").status_code == 200
     assert client.get("/admin/dispatch/auditrecord/").status_code == 403
     assert client.login(username="manager", password="toolgate-demo")
     assert client.get("/admin/dispatch/auditrecord/").status_code == 200
