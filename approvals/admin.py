@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from dispatch.models import Confirmation
 from dispatch.admin import ReadOnlyAdmin
+from dispatch.models import Confirmation
 
 
 @admin.register(Confirmation)

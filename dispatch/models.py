@@ -183,9 +183,7 @@ class Confirmation(models.Model):
     tool = models.CharField(max_length=64)
     arguments = models.JSONField()
     arguments_hash = models.CharField(max_length=64)
-    agent = models.ForeignKey(
-        Agent, on_delete=models.PROTECT, related_name="confirmations"
-    )
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="confirmations")
     session_id = models.CharField(max_length=128)
     customer_id = models.CharField(max_length=64)
     policy_version = models.PositiveIntegerField()

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connection, transaction
 
 from dispatch.models import Agent, Policy
 from dispatch.pipeline.engine import Limits, Pipeline
@@ -18,6 +18,7 @@ from dispatch.pipeline.results import CallResult
 from dispatch.pipeline.tools import ToolCall
 from dispatch.registry import tool_registry
 from dispatch.store import OrmState
+from dispatch.store.backends import backend
 
 TOKEN_PREFIX = "tg_"
 
@@ -99,14 +100,11 @@ def agent_authenticate(token: str) -> Agent | None:
     )
 
 
-_store = OrmState()
-
-
 @cache
 def _pipeline() -> Pipeline:
+    # No store of its own: each call runs on an OrmState of its own (call_dispatch).
     return Pipeline(
         tool_registry,
-        _store,
         limits=Limits(max_argument_bytes=settings.TOOLGATE_MAX_ARGUMENT_BYTES),
     )
 
@@ -119,12 +117,7 @@ def call_dispatch(
     tool: str,
     arguments: str | Mapping[str, Any],
 ) -> CallResult:
-    """Run one raw tool call through the pipeline; raises SessionConflict for a foreign session.
-
-    A call that claims a write's key is one transaction: an identical call arriving meanwhile
-    waits on the idempotency record's row lock, then sees the committed outcome and is replayed.
-    Any other call needs no transaction on PostgreSQL (OrmState.call_scope).
-    """
+    """Run one raw tool call through the pipeline; raises SessionConflict for a foreign session."""
     policy = agent.current_policy
     if policy is None:
         raise ValueError(f"agent {agent.name} has no policy")
@@ -135,5 +128,11 @@ def call_dispatch(
         tool=tool,
         arguments=arguments,
     )
-    with _store.call_scope():
-        return _pipeline().run(call, policy.snapshot())
+    pipeline = _pipeline()
+    prepared = pipeline.prepare(call, policy.snapshot())
+    # A call that writes is one transaction: its step, idempotency record, confirmation, ledger
+    # row and audit record commit together or not at all, and an identical call waits on the
+    # key's row lock, then replays the outcome. Any other call runs in the backend's read scope.
+    scope = transaction.atomic() if prepared.writes else backend().read_scope()
+    with scope, connection.cursor() as cursor:
+        return pipeline.run_prepared(prepared, OrmState(cursor, tool_registry))

@@ -8,8 +8,10 @@ class OrdersConfig(AppConfig):
     def ready(self) -> None:
         # Imported here: the gateway imports models, which need the app registry ready.
         from dispatch.registry import tool_registry
-        from orders.gateway import OrmOrderBook
+        from orders.book import ORDER_SOURCE
+        from orders.gateway import ORDER_LOOKUP_SOURCE, OrmOrderBook
         from orders.tools import order_tools
 
         for spec in order_tools(OrmOrderBook()):
             tool_registry.register(spec)
+        tool_registry.register_lookup_source(ORDER_SOURCE, ORDER_LOOKUP_SOURCE)

@@ -15,12 +15,12 @@ from dispatch.pipeline.state import Lookup
 from dispatch.pipeline.tools import OutcomeUnknownError, TransientError
 
 # The order tools' lookup (ToolSpec.lookup): the order, by id and customer, as OrderBook.find
-# reads it.
+# reads it; orders.gateway says how a store reads it (ORDER_LOOKUP_SOURCE).
 ORDER_SOURCE = "orders.order"
 
 
 def order_lookup(customer_id: str, order_id: str) -> Lookup:
-    return (ORDER_SOURCE, (order_id, customer_id))
+    return Lookup(ORDER_SOURCE, {"order_id": order_id, "customer_id": customer_id})
 
 
 # The order book's records are NamedTuples: as immutable as a frozen dataclass, without its

@@ -3,85 +3,92 @@
 It behaves like `orders.book.InMemoryOrderBook`, under any number of processes: a key refunds at
 most once, a repeated key returns the first receipt, and the ledger always adds up to the order's
 refunded_cents, which never passes its total.
-
-A lookup and a refund are on the hot path of most calls, so they are raw SQL (the same on
-PostgreSQL and SQLite): a lookup is one statement, a refund one on PostgreSQL (two on SQLite, which
-has no data-modifying WITH), with no query compiled per call and no savepoint (benchmark (b) in
-docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
 
-from dispatch import readahead
-from dispatch.pipeline.tools import OutcomeUnknownError, TransientError
-from orders.book import ORDER_SOURCE, OrderView, RefundReceipt, RefundRefused, order_lookup
-from orders.models import Order, Refund
+from dispatch.pipeline.tools import LookupSource, OutcomeUnknownError, TransientError
+from orders.book import OrderView, RefundReceipt, RefundRefused
+from orders.models import Refund
 from orders.services import GatewayFaultKind, gateway_fault_consume
 
-_ORDER = Order._meta.db_table
-_REFUND = Refund._meta.db_table
-
-_FIND_SQL = f"""
-    SELECT order_id, customer_id, total_cents, currency, refunded_cents FROM {_ORDER}
-    WHERE order_id = %s AND customer_id = %s
+_FIND_SQL = """
+    SELECT order_id, customer_id, total_cents, currency, refunded_cents FROM orders_order
+    WHERE order_id = %(order_id)s AND customer_id = %(customer_id)s
 """
 
 
-def _order_of(row: Any) -> OrderView:
-    return OrderView(*row)
+def _order_of(row: Mapping[str, Any]) -> OrderView:
+    return OrderView(
+        order_id=row["order_id"],
+        customer_id=row["customer_id"],
+        total_cents=row["total_cents"],
+        currency=row["currency"],
+        refunded_cents=row["refunded_cents"],
+    )
 
 
-# The order tools declare the order as their lookup: on PostgreSQL the store reads it with the
-# call's opening, and find() takes it from there.
-readahead.source_register(ORDER_SOURCE, sql=_FIND_SQL, to_value=_order_of)
+# How a store reads the order tools' lookup (orders.book.order_lookup) with a call's opening.
+ORDER_LOOKUP_SOURCE = LookupSource(sql=_FIND_SQL, to_value=_order_of)
 
 # Check and write in one statement: the row lock makes concurrent refunds of the same order queue
 # here, and each re-evaluates the condition on the latest row and returns exactly its own result.
-_TAKE_SQL = f"""
-    UPDATE {_ORDER} SET refunded_cents = refunded_cents + %s
-    WHERE order_id = %s AND customer_id = %s AND currency = %s
-        AND refunded_cents <= total_cents - %s
-    RETURNING id, refunded_cents, total_cents
+_TAKE_SQL = """
+    UPDATE orders_order SET refunded_cents = refunded_cents + %(amount_cents)s
+    WHERE order_id = %(order_id)s AND customer_id = %(customer_id)s AND currency = %(currency)s
+        AND refunded_cents <= total_cents - %(amount_cents)s
+    RETURNING id AS order_pk, refunded_cents, total_cents
 """
-
-
-def _ledger_sql(rows: str) -> str:
-    """The ledger's insert, of the rows given (VALUES, or a SELECT in a WITH)."""
-    return f"""
-    INSERT INTO {_REFUND} (order_id, idempotency_key, amount_cents, currency, reason,
-        approved_by, refunded_cents_after, created_at)
-    {rows}
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id
-"""
-
 
 # A key that already has its ledger row (a repeat, or a twin that committed while this one waited
-# on the order's lock) inserts nothing, and the refund takes its update back.
-_LEDGER_SQL = _ledger_sql("VALUES (%s, %s, %s, %s, %s, %s, %s, %s)")
-
-# On PostgreSQL both in one statement (a data-modifying WITH): the ledger row is inserted only if
-# the order had room, and the answer says which of the two happened.
-_ENTER_IF_TAKEN_SQL = _ledger_sql(
-    "SELECT taken.id, %s, %s, %s, %s, %s, taken.refunded_cents, %s FROM taken"
-)
-_TAKE_AND_ENTER_SQL = f"""
-    WITH taken AS ({_TAKE_SQL}), entered AS ({_ENTER_IF_TAKEN_SQL})
-    SELECT taken.id, taken.refunded_cents, taken.total_cents, entered.id
-    FROM taken LEFT JOIN entered ON true
+# on the order's lock) inserts nothing, and the refund gives back what it took.
+_ENTER_SQL = """
+    INSERT INTO orders_refund (order_id, idempotency_key, amount_cents, currency, reason,
+        approved_by, refunded_cents_after, created_at)
+    VALUES (%(order_pk)s, %(key)s, %(amount_cents)s, %(currency)s, %(reason)s, %(approved_by)s,
+        %(refunded_cents)s, %(now)s)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id AS refund_pk
 """
 
-_GIVE_BACK_SQL = f"UPDATE {_ORDER} SET refunded_cents = refunded_cents - %s WHERE id = %s"
+# On PostgreSQL both in one statement: the ledger row is inserted only if the order had room, and
+# the answer says which of the two happened.
+_TAKE_AND_ENTER_SQL = f"""
+    WITH taken AS ({_TAKE_SQL}),
+    entered AS (
+        INSERT INTO orders_refund (order_id, idempotency_key, amount_cents, currency, reason,
+            approved_by, refunded_cents_after, created_at)
+        SELECT taken.order_pk, %(key)s, %(amount_cents)s, %(currency)s, %(reason)s,
+            %(approved_by)s, taken.refunded_cents, %(now)s
+        FROM taken
+        ON CONFLICT (idempotency_key) DO NOTHING
+        RETURNING id AS refund_pk
+    )
+    SELECT taken.*, entered.refund_pk FROM taken LEFT JOIN entered ON true
+"""
+
+_GIVE_BACK_SQL = """
+    UPDATE orders_order SET refunded_cents = refunded_cents - %(amount_cents)s
+    WHERE id = %(order_pk)s
+"""
+
+
+def _fetch_row(cursor: Any) -> dict[str, Any] | None:
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    return {column[0]: value for column, value in zip(cursor.description, row, strict=True)}
 
 
 def _faults_on() -> bool:
-    # Each fault check is a query on every refund, so production switches them off altogether.
+    # Production switches fault injection off altogether.
     return bool(settings.TOOLGATE_GATEWAY_FAULTS)
 
 
@@ -91,15 +98,9 @@ def _fault(kind: GatewayFaultKind) -> bool:
 
 class OrmOrderBook:
     def find(self, *, customer_id: str, order_id: str) -> OrderView | None:
-        found, order = readahead.take(order_lookup(customer_id, order_id))
-        if found:
-            return order  # type: ignore[no-any-return]
-        return self._read(customer_id=customer_id, order_id=order_id)
-
-    def _read(self, *, customer_id: str, order_id: str) -> OrderView | None:
         with connection.cursor() as cursor:
-            cursor.execute(_FIND_SQL, [order_id, customer_id])
-            row = cursor.fetchone()
+            cursor.execute(_FIND_SQL, {"order_id": order_id, "customer_id": customer_id})
+            row = _fetch_row(cursor)
         return None if row is None else _order_of(row)
 
     def refund(
@@ -114,7 +115,7 @@ class OrmOrderBook:
         approved_by: str,
     ) -> RefundReceipt:
         # With faults on, a repeated key is answered before any fault is consumed; without, the
-        # refund itself finds a repeated key, which saves a query on every refund.
+        # refund itself finds a repeated key.
         receipt = self._receipt_for_key(key) if _faults_on() else None
         if receipt is None:
             if _fault("fail_before_commit"):
@@ -143,41 +144,41 @@ class OrmOrderBook:
         key: str,
         approved_by: str,
     ) -> RefundReceipt:
-        # One transaction when called on its own; inside a call's transaction, no savepoint (two
-        # round trips saved): nothing in it raises but a database error, which fails the call.
-        inserted = None
-        take: list[Any] = [amount_cents, order_id, customer_id, currency, amount_cents]
-        now = connection.ops.adapt_datetimefield_value(datetime.now(UTC))
+        params: dict[str, Any] = {
+            "customer_id": customer_id,
+            "order_id": order_id,
+            "amount_cents": amount_cents,
+            "currency": currency,
+            "reason": reason,
+            "key": key,
+            "approved_by": approved_by,
+            "now": connection.ops.adapt_datetimefield_value(datetime.now(UTC)),
+        }
+        # Its own transaction when called on its own; inside a call's, no savepoint: nothing in
+        # it raises but a database error, which fails the whole call anyway.
         with transaction.atomic(savepoint=False), connection.cursor() as cursor:
             if connection.vendor == "postgresql":
-                cursor.execute(
-                    _TAKE_AND_ENTER_SQL,
-                    [*take, key, amount_cents, currency, reason, approved_by, now],
-                )
-                row = cursor.fetchone()
-                taken = None if row is None else row[:3]
-                inserted = None if row is None or row[3] is None else row[3:]
+                cursor.execute(_TAKE_AND_ENTER_SQL, params)
+                taken = _fetch_row(cursor)
+                refund_pk = None if taken is None else taken["refund_pk"]
             else:
-                cursor.execute(_TAKE_SQL, take)
-                taken = cursor.fetchone()
+                cursor.execute(_TAKE_SQL, params)
+                taken = _fetch_row(cursor)
+                refund_pk = None
                 if taken is not None:
-                    cursor.execute(
-                        _LEDGER_SQL,
-                        [taken[0], key, amount_cents, currency, reason, approved_by, taken[1], now],
-                    )
-                    inserted = cursor.fetchone()
-            if taken is not None:
-                pk, refunded_cents, total_cents = taken
-                if inserted is None:
-                    cursor.execute(_GIVE_BACK_SQL, [amount_cents, pk])
-        if taken is not None and inserted is not None:
+                    cursor.execute(_ENTER_SQL, {**params, **taken})
+                    entered = _fetch_row(cursor)
+                    refund_pk = None if entered is None else entered["refund_pk"]
+            if taken is not None and refund_pk is None:
+                cursor.execute(_GIVE_BACK_SQL, {**params, **taken})
+        if taken is not None and refund_pk is not None:
             return RefundReceipt(
-                refund_id=f"RF-{inserted[0]}",
+                refund_id=f"RF-{refund_pk}",
                 order_id=order_id,
                 amount_cents=amount_cents,
                 currency=currency,
-                refunded_cents=refunded_cents,
-                total_cents=total_cents,
+                refunded_cents=taken["refunded_cents"],
+                total_cents=taken["total_cents"],
             )
         # A repeated key keeps its first answer, whatever the order allows now.
         first = self._receipt_for_key(key)
@@ -189,7 +190,7 @@ class OrmOrderBook:
 
     def _refusal(self, *, customer_id: str, order_id: str, currency: str) -> RefundRefused:
         # Read now, after the refused update: why it was refused is the order's state since.
-        order = self._read(customer_id=customer_id, order_id=order_id)
+        order = self.find(customer_id=customer_id, order_id=order_id)
         if order is None:
             return RefundRefused(RefundRefused.NOT_FOUND)
         if order.currency != currency:

@@ -7,7 +7,7 @@ on an in-memory book in the core's tests and benchmark.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -120,14 +120,23 @@ def _the_order(arguments: GetOrderArguments | RefundOrderArguments, customer_id:
 
 
 def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
+    def the_order(
+        arguments: GetOrderArguments | RefundOrderArguments,
+        context: CheckContext | ExecutionContext,
+    ) -> OrderView | None:
+        if context.read_ahead is not None:
+            # The store read the order (the tools' lookup) as the call opened.
+            return cast(OrderView | None, context.read_ahead.value)
+        return book.find(customer_id=context.customer_id, order_id=arguments.order_id)
+
     def get_order(arguments: GetOrderArguments, context: ExecutionContext) -> Mapping[str, Any]:
-        order = book.find(customer_id=context.customer_id, order_id=arguments.order_id)
+        order = the_order(arguments, context)
         if order is None:
             raise Refused(_not_found(arguments.order_id))
         return order_as_data(order)
 
     def check_refund(arguments: RefundOrderArguments, context: CheckContext) -> Rejection | None:
-        order = book.find(customer_id=context.customer_id, order_id=arguments.order_id)
+        order = the_order(arguments, context)
         if order is None:
             return _not_found(arguments.order_id)
         if order.currency != arguments.currency:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from pydantic import BaseModel, ValidationError
 
@@ -28,6 +28,7 @@ from dispatch.pipeline.state import (
     ClaimRequest,
     KeyStatus,
     PendingConfirmation,
+    ReadAhead,
     SessionConflict,
     Settlement,
     StatePort,
@@ -126,8 +127,28 @@ class _Trace:
 # A call that passed stages 1 to 3: its tool, its arguments (the model, and as JSON values), their
 # canonical JSON and its idempotency key.
 _Checked: TypeAlias = tuple[ToolSpec[Any], BaseModel, Mapping[str, Any], str, str]
+# The same, with what the store read ahead when the call opened: what stages 5 to 8 work on.
+_CheckedCall: TypeAlias = tuple[ToolSpec[Any], BaseModel, Mapping[str, Any], str, ReadAhead | None]
 # The outcome of stages 5 to 8 and the status it leaves the idempotency key in.
 Execution: TypeAlias = tuple[CallResult, KeyStatus]
+
+
+class PreparedCall(NamedTuple):
+    """A call past stages 1 to 3 (Pipeline.prepare): what it was, and how they judged it."""
+
+    call: ToolCall
+    policy: Policy
+    call_id: str
+    # When the call arrived, by the pipeline's clock and by its monotonic clock.
+    at: datetime
+    started: float
+    # What passed stages 1 to 3, or the result that ended the call there.
+    checked: _Checked | CallResult
+
+    @property
+    def writes(self) -> bool:
+        """Whether the call goes on to claim a write's key (an adapter's cue for a transaction)."""
+        return not isinstance(self.checked, CallResult) and self.checked[0].writes
 
 
 # The two helpers below are module functions rather than closures in the stages that use them:
@@ -135,6 +156,15 @@ Execution: TypeAlias = tuple[CallResult, KeyStatus]
 def _rejected(call: ToolCall, call_id: str, code: Code, message: str) -> CallResult:
     """A result that ends the call before stage 5."""
     return make_result(call_id=call_id, tool=call.tool, code=code, message=message)
+
+
+def _internal_error(call: ToolCall, call_id: str) -> CallResult:
+    return make_result(
+        call_id=call_id,
+        tool=call.tool,
+        code=codes.INTERNAL_ERROR,
+        message="Toolgate failed while handling this call.",
+    )
 
 
 def _answered(
@@ -157,7 +187,7 @@ class Pipeline:
     def __init__(
         self,
         registry: ToolRegistry,
-        state: StatePort,
+        state: StatePort | None = None,
         *,
         limits: Limits | None = None,
         retry: RetryPolicy | None = None,
@@ -176,53 +206,71 @@ class Pipeline:
         self.new_id = new_id
 
     def run(self, call: ToolCall, policy: Policy) -> CallResult:
+        """One call, start to finish, on the pipeline's own store."""
+        if self.state is None:
+            raise TypeError("this pipeline has no store of its own: use run_prepared")
+        return self.run_prepared(self.prepare(call, policy), self.state)
+
+    def prepare(self, call: ToolCall, policy: Policy) -> PreparedCall:
+        """Stages 1 to 3, which need nothing but the call: they touch no state.
+
+        So an adapter knows, before it opens anything, whether the call writes (and needs a
+        transaction around the rest); run_prepared then runs the rest on a store.
+        """
         started = self.monotonic()
         # When the call arrived: the time its audit record gives, and the claim's "now".
         at = self.clock()
         call_id = self.new_id()
+        try:
+            checked = self._stages_1_to_3(call, policy, call_id)
+        except Exception:
+            logger.exception("pipeline failed on call %s", call_id)
+            checked = _internal_error(call, call_id)
+        return PreparedCall(call, policy, call_id, at, started, checked)
+
+    def run_prepared(self, prepared: PreparedCall, state: StatePort) -> CallResult:
+        """Stage 0 and stages 4 to 8 on the store given, then the call's one audit record."""
+        call, policy, call_id = prepared.call, prepared.policy, prepared.call_id
         trace = _Trace()
         try:
-            result = self._run(call, policy, call_id, trace, at)
+            result = self._run(prepared, trace, state)
         except SessionConflict:
             raise
         except Exception:
             logger.exception("pipeline failed on call %s", call_id)
-            result = make_result(
-                call_id=call_id,
-                tool=call.tool,
-                code=codes.INTERNAL_ERROR,
-                message="Toolgate failed while handling this call.",
-            )
-        # Positional, in field order: keywords would cost a dict on every call of the class.
+            result = _internal_error(call, call_id)
         entry = AuditEntry(
-            call_id,
-            at,
-            call.agent_id,
-            call.session_id,
-            call.customer_id,
-            trace.step,
-            call.tool,
-            self._raw_for_audit(call.arguments),  # raw_arguments
-            trace.arguments,
-            trace.key,
-            result.ok,
-            result.code,
-            result.message,
-            result.replayed,
-            trace.confirmation_id,
-            policy.version,
-            (self.monotonic() - started) * 1000.0,  # duration_ms
+            call_id=call_id,
+            at=prepared.at,
+            agent_id=call.agent_id,
+            session_id=call.session_id,
+            customer_id=call.customer_id,
+            step=trace.step,
+            tool=call.tool,
+            raw_arguments=self._raw_for_audit(call.arguments),
+            arguments=trace.arguments,
+            key=trace.key,
+            ok=result.ok,
+            code=result.code,
+            message=result.message,
+            replayed=result.replayed,
+            confirmation_id=trace.confirmation_id,
+            policy_version=policy.version,
+            duration_ms=(self.monotonic() - prepared.started) * 1000.0,
         )
-        self.state.record(entry, trace.settlement)
+        state.record(entry, trace.settlement)
         return result
 
-    def _run(
-        self, call: ToolCall, policy: Policy, call_id: str, trace: _Trace, at: datetime
-    ) -> CallResult:
-        # Stages 1 to 3 need nothing but the call, so they run before the step is counted: the
-        # store then counts the step and claims the key in one request. Their verdict still
-        # comes second, as a call over its budget is refused whatever it holds.
-        checked = self._stages_1_to_3(call, policy, call_id)
+    def _run(self, prepared: PreparedCall, trace: _Trace, state: StatePort) -> CallResult:
+        call, policy, call_id, checked = (
+            prepared.call,
+            prepared.policy,
+            prepared.call_id,
+            prepared.checked,
+        )
+        # Stages 1 to 3 ran first, so that the store counts the step and claims the key in one
+        # request. Their verdict still comes second: a call over its budget is refused whatever
+        # it holds.
         if isinstance(checked, CallResult):
             request = None
         else:
@@ -233,12 +281,12 @@ class Pipeline:
                 spec.name,
                 spec.writes,
                 policy.repeat_limit,
-                at,
+                prepared.at,
                 None if lookup is None else lookup(arguments, call.customer_id),
             )
 
         # 0. Step budget: the cheapest check, and it bounds every loop an agent can get into.
-        opening = self.state.open_call(
+        opening = state.open_call(
             agent_id=call.agent_id,
             session_id=call.session_id,
             customer_id=call.customer_id,
@@ -267,7 +315,7 @@ class Pipeline:
             deadline = self.monotonic() + self.limits.in_progress_wait_seconds
             while claim.verdict is _IN_PROGRESS and self.monotonic() < deadline:
                 self.sleep(self.limits.in_progress_poll_seconds)
-                claim = self.state.claim(
+                claim = state.claim(
                     key=key,
                     agent_id=call.agent_id,
                     session_id=call.session_id,
@@ -297,10 +345,9 @@ class Pipeline:
                 codes.CALL_IN_PROGRESS,
                 "An identical call is still executing; send it again in a moment for its result.",
             )
+        checked_call: _CheckedCall = (spec, arguments, validated, canonical, opening.read_ahead)
         if claim.verdict is not _OWNED:
-            result, _ = self._stages_5_to_8(
-                spec, arguments, validated, canonical, call, call_id, policy, trace
-            )
+            result, _ = self._stages_5_to_8(checked_call, call, call_id, policy, trace, state)
             return result
 
         try:
@@ -310,10 +357,10 @@ class Pipeline:
                 result, status = self._execute(spec, arguments, call, call_id, key)
             else:
                 result, status = self._stages_5_to_8(
-                    spec, arguments, validated, canonical, call, call_id, policy, trace
+                    checked_call, call, call_id, policy, trace, state
                 )
         except BaseException:
-            self.state.settle(Settlement(key, _KEY_UNKNOWN if spec.writes else _KEY_OPEN))
+            state.settle(Settlement(key, _KEY_UNKNOWN if spec.writes else _KEY_OPEN))
             raise
         if status is not _KEY_HELD:
             stored = result.as_dict() if status is _KEY_COMPLETED else None
@@ -378,18 +425,17 @@ class Pipeline:
 
     def _stages_5_to_8(
         self,
-        spec: ToolSpec[Any],
-        arguments: BaseModel,
-        validated: Mapping[str, Any],
-        canonical: str,
+        checked: _CheckedCall,
         call: ToolCall,
         call_id: str,
         policy: Policy,
         trace: _Trace,
+        state: StatePort,
     ) -> Execution:
+        spec, arguments, validated, canonical, read_ahead = checked
         # 5. Business rules against the live state of the system of record.
         if spec.check is not None:
-            rejection = spec.check(arguments, CheckContext(call.customer_id))
+            rejection = spec.check(arguments, CheckContext(call.customer_id, read_ahead))
             if rejection is not None:
                 return _answered(
                     spec, call_id, _KEY_OPEN, rejection.code, rejection.message, rejection.data
@@ -427,12 +473,14 @@ class Pipeline:
                 created_at=now,
                 expires_at=now + timedelta(seconds=policy.confirmation_ttl_seconds),
             )
-            self.state.hold(confirmation)
+            state.hold(confirmation)
             trace.confirmation_id = confirmation.confirmation_id
             return self._held(call_id, confirmation, replayed=False), _KEY_HELD
 
-        # 8. Execution.
-        return self._execute(spec, arguments, call, call_id, key)
+        # 8. Execution. What was read ahead is the first read of the tool's check, if it has one.
+        return self._execute(
+            spec, arguments, call, call_id, key, read_ahead=None if spec.check else read_ahead
+        )
 
     def _execute(
         self,
@@ -442,11 +490,12 @@ class Pipeline:
         call_id: str,
         key: str,
         approved_by: tuple[str, ...] = (),
+        read_ahead: ReadAhead | None = None,
     ) -> Execution:
         return execute_with_retries(
             spec,
             arguments,
-            ExecutionContext(call.customer_id, key, approved_by),
+            ExecutionContext(call.customer_id, key, approved_by, read_ahead),
             call_id=call_id,
             retry=self.retry,
             sleep=self.sleep,

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol, TypeAlias
+from typing import Any, NamedTuple, Protocol
 
 
 class SessionConflict(Exception):
@@ -94,10 +94,21 @@ def decide_claim(
     return _OWNED, _KEY_IN_PROGRESS
 
 
-# A record that a call reads first, named by its source and its key (ToolSpec.lookup): a store may
-# read it with the call's opening if it knows the source; the core never reads it. A plain tuple,
-# as it is made on every call that reads (a NamedTuple is built through a Python-level __new__).
-Lookup: TypeAlias = tuple[str, tuple[Any, ...]]
+class Lookup(NamedTuple):
+    """The record a call reads first (ToolSpec.lookup), named by its source and its key.
+
+    The core never reads it. A store that knows the source (ToolRegistry.lookup_source) may read it
+    with the call's opening and return it in Opening.read_ahead; a store that does not, ignores it.
+    """
+
+    source: str
+    key: Mapping[str, Any]
+
+
+class ReadAhead(NamedTuple):
+    """What a store read of a call's lookup when the call opened: the record, or None for none."""
+
+    value: Any
 
 
 class ClaimRequest(NamedTuple):
@@ -116,6 +127,8 @@ class Opening(NamedTuple):
     step: int
     # None when no claim was asked for, or when the step is over the budget (nothing claimed).
     claim: Claim | None
+    # The claim's lookup, if the store read it with the opening; None if it did not.
+    read_ahead: ReadAhead | None = None
 
 
 class Settlement(NamedTuple):
@@ -165,8 +178,9 @@ class StatePort(Protocol):
         """Count one step of the session (binding it on first use); then, only if the new count
         is within step_budget, claim the key as claim() does. Raises SessionConflict.
 
-        Within the budget, a store may also read the claim's lookup in the same request, for the
-        domain's read to use; ignoring it is always correct."""
+        Within the budget, a store may also read the claim's lookup in the same request and return
+        it as Opening.read_ahead, which the pipeline hands to the tool; ignoring it is always
+        correct."""
         ...
 
     def claim(

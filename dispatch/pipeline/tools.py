@@ -15,7 +15,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from pydantic import BaseModel
 
 from dispatch.pipeline.codes import CORE_CODES, Code, CodeCatalogue
-from dispatch.pipeline.state import Lookup
+from dispatch.pipeline.state import Lookup, ReadAhead
 
 Args = TypeVar("Args", bound=BaseModel)
 
@@ -39,6 +39,8 @@ class ToolCall:
 
 class CheckContext(NamedTuple):
     customer_id: str
+    # The tool's lookup, if the store read it as the call opened: the check's first read.
+    read_ahead: ReadAhead | None = None
 
 
 class ExecutionContext(NamedTuple):
@@ -46,6 +48,9 @@ class ExecutionContext(NamedTuple):
     # The same for every attempt of one call: handlers pass it to the system of record.
     idempotency_key: str
     approved_by: tuple[str, ...] = ()
+    # The tool's lookup as read when the call opened, for a tool with no check: the handler's
+    # first read. A tool with a check gets it there, and its handler reads the live record.
+    read_ahead: ReadAhead | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +102,7 @@ class ToolSpec(Generic[Args]):
     codes: tuple[Code, ...] = ()
     label: str = ""
     # The record the call reads first (its check's read, or else its handler's), which a store
-    # may read with the call's opening, one round trip fewer (dispatch/readahead.py).
+    # may read with the call's opening and hand back in the context's read_ahead.
     lookup: LookupOf[Args] | None = None
 
     def __post_init__(self) -> None:
@@ -114,9 +119,20 @@ class ToolSpec(Generic[Args]):
         return self.arguments.model_json_schema()
 
 
+@dataclass(frozen=True, slots=True)
+class LookupSource:
+    """How a store on a SQL database reads the records of one lookup source."""
+
+    # A SELECT of at most one row, with a %(name)s placeholder for each name of a lookup's key.
+    sql: str
+    # The row, as a mapping of its columns, made into what the domain's own read returns.
+    to_value: Callable[[Mapping[str, Any]], Any]
+
+
 class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, ToolSpec[Any]] = {}
+        self._lookup_sources: dict[str, LookupSource] = {}
         self._catalogue = CodeCatalogue(CORE_CODES)
         # The tool of a name, or None: the dict's own get, called on every call without a frame.
         self.get: Callable[[str], ToolSpec[Any] | None] = self._tools.get
@@ -126,6 +142,14 @@ class ToolRegistry:
             raise ValueError(f"tool {spec.name!r} is already registered")
         self._catalogue = CodeCatalogue((*self._catalogue, *spec.codes))
         self._tools[spec.name] = spec
+
+    def register_lookup_source(self, name: str, source: LookupSource) -> None:
+        if name in self._lookup_sources:
+            raise ValueError(f"lookup source {name!r} is already registered")
+        self._lookup_sources[name] = source
+
+    def lookup_source(self, name: str) -> LookupSource | None:
+        return self._lookup_sources.get(name)
 
     def __iter__(self) -> Iterator[ToolSpec[Any]]:
         return iter(self._tools.values())

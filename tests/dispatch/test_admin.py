@@ -9,8 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from dispatch.models import Confirmation
-from dispatch.models import Agent, AuditRecord, Policy
+from dispatch.models import Agent, AuditRecord, Confirmation, Policy
 from dispatch.services import agent_authenticate, agent_create, call_dispatch
 
 pytestmark = pytest.mark.django_db

@@ -20,8 +20,7 @@ import requests
 from django.db import connection
 from pytest_django.live_server_helper import LiveServer
 
-from dispatch.models import Confirmation
-from dispatch.models import AuditRecord, Session
+from dispatch.models import AuditRecord, Confirmation, Session
 from orders.services import gateway_faults_set
 from tests.conftest import AgentClient, Ledger, MakeAgent
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from dispatch.models import Confirmation
-from dispatch.models import Agent, AuditRecord, IdempotencyRecord
+from dispatch.models import Agent, AuditRecord, Confirmation, IdempotencyRecord
 from orders.models import Order
 from orders.services import gateway_faults_set
 from tests.conftest import AgentClient, ClientFor, Ledger, MakeAgent

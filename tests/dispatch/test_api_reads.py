@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from dispatch.models import Confirmation
-from dispatch.models import Agent
+from dispatch.models import Agent, Confirmation
 from dispatch.registry import tool_registry
 from tests.conftest import AgentClient, ClientFor, Ledger, MakeAgent
 

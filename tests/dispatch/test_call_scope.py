@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from dispatch.models import Agent, AuditRecord, IdempotencyRecord, Session
 from dispatch.pipeline.results import CallResult
 from dispatch.pipeline.state import ClaimRequest
+from dispatch.registry import tool_registry
 from dispatch.services import call_dispatch
 from dispatch.store import OrmState
 from tests.conftest import Ledger, MakeAgent
@@ -190,14 +191,14 @@ def test_on_sqlite_every_call_is_one_transaction(make_agent: MakeAgent) -> None:
     assert AuditRecord.objects.count() == Session.objects.get().steps == 2
 
 
-def test_the_store_refuses_to_claim_a_writes_key_outside_a_calls_scope(
+def test_the_store_refuses_to_claim_a_writes_key_outside_a_transaction(
     make_agent: MakeAgent,
 ) -> None:
     agent, _ = make_agent()
     claim = ClaimRequest("k" * 64, "refund_order", True, 3, datetime.now(UTC))
 
-    with pytest.raises(RuntimeError, match="call_scope"):
-        OrmState().open_call(
+    with pytest.raises(RuntimeError, match="transaction"), connection.cursor() as cursor:
+        OrmState(cursor, tool_registry).open_call(
             agent_id=str(agent.pk),
             session_id="s-1",
             customer_id="CUS-1",

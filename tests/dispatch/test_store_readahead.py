@@ -1,27 +1,24 @@
-"""On PostgreSQL a call's opening statement also reads the record its tool declares as lookup.
+"""On PostgreSQL a call's opening also reads the record its tool declares as its lookup.
 
-The order tools declare the order; the gateway's first find in the call takes it from there with
-no statement of its own. Over the budget nothing is read, and nothing outlives the call.
+The store returns it in the opening (Opening.read_ahead), and the pipeline hands it to the tool's
+first read through its context. Over the budget nothing is read.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from dispatch import readahead
 from dispatch.models import Agent
-from dispatch.pipeline.state import ClaimRequest, Opening
+from dispatch.pipeline.state import ClaimRequest, Opening, ReadAhead
+from dispatch.registry import tool_registry
 from dispatch.services import call_dispatch
 from dispatch.store import OrmState
 from orders.book import OrderView, order_lookup
-from orders.gateway import OrmOrderBook
 from orders.models import Order
 from tests.conftest import MakeAgent
 
@@ -33,59 +30,36 @@ pytestmark = [
     pytest.mark.usefixtures("orders"),
 ]
 
-ORDER_1001 = order_lookup(customer_id="CUS-1", order_id="ORD-1001")
-
 
 def _open(agent: Agent, lookup_of: str, *, customer: str = "CUS-1", budget: int = 20) -> Opening:
     lookup = order_lookup(customer_id=customer, order_id=lookup_of)
     claim = ClaimRequest("k" * 64, "get_order", False, 3, datetime.now(UTC), lookup)
-    return OrmState().open_call(
-        agent_id=str(agent.pk),
-        session_id="s-1",
-        customer_id=customer,
-        step_budget=budget,
-        claim=claim,
-    )
+    with connection.cursor() as cursor:
+        return OrmState(cursor, tool_registry).open_call(
+            agent_id=str(agent.pk),
+            session_id="s-1",
+            customer_id=customer,
+            step_budget=budget,
+            claim=claim,
+        )
 
 
-@contextmanager
-def _statements() -> Iterator[CaptureQueriesContext]:
-    with CaptureQueriesContext(connection) as queries:
-        yield queries
-
-
-def test_the_opening_reads_the_order_and_find_takes_it_without_a_statement(
-    make_agent: MakeAgent,
-) -> None:
+def test_the_opening_reads_the_order_in_the_same_statement(make_agent: MakeAgent) -> None:
     agent, _ = make_agent()
-    book = OrmOrderBook()
 
-    with OrmState().call_scope():
-        with _statements() as opening:
-            _open(agent, "ORD-1001")
-        with _statements() as first:
-            order = book.find(customer_id="CUS-1", order_id="ORD-1001")
-        with _statements() as second:
-            again = book.find(customer_id="CUS-1", order_id="ORD-1001")
+    with CaptureQueriesContext(connection) as queries:
+        opening = _open(agent, "ORD-1001")
 
-    assert len(opening) == 1
-    assert order == OrderView("ORD-1001", "CUS-1", 12_000, "BRL", 0)
-    assert len(first) == 0
-    # Only the first read is served: a later one sees the order as it is now.
-    assert again == order
-    assert len(second) == 1
+    assert len(queries) == 1
+    assert opening.read_ahead == ReadAhead(OrderView("ORD-1001", "CUS-1", 12_000, "BRL", 0))
 
 
 def test_an_order_that_is_not_there_is_read_ahead_as_none(make_agent: MakeAgent) -> None:
     agent, _ = make_agent()
 
-    with OrmState().call_scope():
-        _open(agent, "ORD-9999")
+    opening = _open(agent, "ORD-9999")
 
-        assert readahead.take(order_lookup(customer_id="CUS-1", order_id="ORD-9999")) == (
-            True,
-            None,
-        )
+    assert opening.read_ahead == ReadAhead(None)
 
 
 def test_another_customers_order_is_read_ahead_as_none(
@@ -94,33 +68,39 @@ def test_another_customers_order_is_read_ahead_as_none(
     agent, _ = make_agent()
     assert orders["ORD-1002"].customer_id == "CUS-2"
 
-    with OrmState().call_scope():
-        _open(agent, "ORD-1002")
-        found, order = readahead.take(order_lookup(customer_id="CUS-1", order_id="ORD-1002"))
+    opening = _open(agent, "ORD-1002")
 
-    assert (found, order) == (True, None)
+    assert opening.read_ahead == ReadAhead(None)
 
 
 def test_a_call_over_its_budget_reads_nothing_ahead(make_agent: MakeAgent) -> None:
     agent, _ = make_agent()
 
-    with OrmState().call_scope():
-        _open(agent, "ORD-1001", budget=1)
-    with OrmState().call_scope():
-        opening = _open(agent, "ORD-1001", budget=1)
+    _open(agent, "ORD-1001", budget=1)
+    opening = _open(agent, "ORD-1001", budget=1)
 
-        assert opening.step == 2
-        assert opening.claim is None
-        assert readahead.take(ORDER_1001) == (False, None)
+    assert opening.step == 2
+    assert opening.claim is None
+    assert opening.read_ahead is None
 
 
-def test_what_was_read_ahead_does_not_outlive_the_call(make_agent: MakeAgent) -> None:
+def test_a_read_answers_from_the_order_read_ahead_without_a_statement_of_its_own(
+    make_agent: MakeAgent,
+) -> None:
     agent, _ = make_agent()
 
-    with OrmState().call_scope():
-        _open(agent, "ORD-1001")
+    with CaptureQueriesContext(connection) as queries:
+        result = call_dispatch(
+            agent=agent,
+            session_id="s-1",
+            customer_id="CUS-1",
+            tool="get_order",
+            arguments='{"order_id": "ORD-1001"}',
+        )
 
-    assert readahead.take(ORDER_1001) == (False, None)
+    assert result.ok
+    assert result.data["total_cents"] == 12_000
+    assert not any(query["sql"].lstrip().startswith("SELECT order_id") for query in queries)
 
 
 def test_a_refunds_check_uses_the_order_read_ahead_and_its_answer_is_right(
@@ -135,7 +115,7 @@ def test_a_refunds_check_uses_the_order_read_ahead_and_its_answer_is_right(
         "reason": "damaged",
     }
 
-    with _statements() as queries:
+    with CaptureQueriesContext(connection) as queries:
         result = call_dispatch(
             agent=agent,
             session_id="s-1",

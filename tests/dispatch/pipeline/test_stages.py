@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dispatch.pipeline.state import KeyStatus
+from dispatch.pipeline.state import KeyStatus, Lookup
 from orders.book import GatewayFaults
 from tests.dispatch.pipeline.conftest import Harness, default_policy
 
@@ -556,8 +556,5 @@ def test_a_call_names_the_record_its_tool_reads_first_when_it_opens(harness: Har
     harness.refund()
     harness.call("get_order", {"order_id": 1001})
 
-    assert lookups == [
-        ("orders.order", ("ORD-1001", "CUS-1")),
-        ("orders.order", ("ORD-1001", "CUS-1")),
-        None,
-    ]
+    the_order = Lookup("orders.order", {"order_id": "ORD-1001", "customer_id": "CUS-1"})
+    assert lookups == [the_order, the_order, None]

@@ -1,0 +1,162 @@
+"""The one place where the store differs between PostgreSQL and SQLite.
+
+PostgreSQL joins a call's opening (step, claim and lookup) into one statement and its end (key
+settled, audit record appended) into another, and lets a read run with no transaction around it.
+SQLite runs the same statements one by one, and keeps every call in one transaction: there each
+commit of its own would be a sync of the database file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
+from functools import cache
+from typing import Any, Protocol
+
+from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
+
+from dispatch.pipeline.tools import LookupSource
+from dispatch.store import sql
+
+Row = dict[str, Any]
+
+
+def fetch_row(cursor: CursorWrapper) -> Row | None:
+    """The statement's one row, by column name; None if it returned none."""
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    return {column[0]: value for column, value in zip(cursor.description, row, strict=True)}
+
+
+class Backend(Protocol):
+    def read_scope(self) -> AbstractContextManager[Any]:
+        """What runs around a call that writes nothing (a write always has a transaction)."""
+        ...
+
+    def count_step(self, cursor: CursorWrapper, params: Mapping[str, Any]) -> Row | None:
+        """Count the step of a call that claims nothing: `steps`, or None as below."""
+        ...
+
+    def open_call(
+        self,
+        cursor: CursorWrapper,
+        params: Mapping[str, Any],
+        lookup: tuple[LookupSource, Mapping[str, Any]] | None,
+    ) -> Row | None:
+        """Count the step and, within the budget, claim the key and read the lookup.
+
+        The row has `steps`, the claim's `key_*` columns (None over the budget), and, if the
+        lookup was read, `lookup_found` (None for no record) and the record's columns. None: the
+        session is another customer's.
+        """
+        ...
+
+    def settle_and_audit(
+        self, cursor: CursorWrapper, settle: Mapping[str, Any], audit: Mapping[str, Any]
+    ) -> None: ...
+
+
+class PostgreSQL:
+    def read_scope(self) -> AbstractContextManager[Any]:
+        # A read's statements each commit on their own, and nothing is lost between them: a
+        # read's claim only counts repeats, and running a read twice is harmless. If the process
+        # dies between them, the step and the repeat stay counted and the call has no audit
+        # record; an agent that was answered always has its record.
+        return nullcontext()
+
+    def count_step(self, cursor: CursorWrapper, params: Mapping[str, Any]) -> Row | None:
+        cursor.execute(
+            sql.STEP_POSTGRESQL,
+            {**only(params, *_STEP_PARAMS), "commit_async": _commits_on_its_own()},
+        )
+        return fetch_row(cursor)
+
+    def open_call(
+        self,
+        cursor: CursorWrapper,
+        params: Mapping[str, Any],
+        lookup: tuple[LookupSource, Mapping[str, Any]] | None,
+    ) -> Row | None:
+        source_sql, lookup_params = sql.NO_LOOKUP, {}
+        if lookup is not None:
+            source, key = lookup
+            source_sql = _lookup_sql(source.sql)
+            lookup_params = {f"lookup_{name}": value for name, value in key.items()}
+        cursor.execute(
+            _open_sql(source_sql),
+            {**params, **lookup_params, "commit_async": _commits_on_its_own()},
+        )
+        row = fetch_row(cursor)
+        if row is not None and lookup is None:
+            row.pop("lookup_found")
+            row.pop("nothing")
+        return row
+
+    def settle_and_audit(
+        self, cursor: CursorWrapper, settle: Mapping[str, Any], audit: Mapping[str, Any]
+    ) -> None:
+        cursor.execute(sql.SETTLE_AND_AUDIT_POSTGRESQL, {**settle, **audit})
+
+
+def _commits_on_its_own() -> bool:
+    # Only such a statement may commit asynchronously (sql.OPEN_POSTGRESQL says why).
+    return connection.get_autocommit() and not connection.in_atomic_block
+
+
+@cache
+def _open_sql(lookup_sql: str) -> str:
+    return sql.OPEN_POSTGRESQL.format(step=sql.STEP, lookup=lookup_sql)
+
+
+@cache
+def _lookup_sql(source_sql: str) -> str:
+    # A lookup's placeholders are named after its key; in the opening they get a prefix, so that
+    # they cannot meet the opening's own.
+    return re.sub(r"%\((\w+)\)s", r"%(lookup_\1)s", source_sql)
+
+
+class SQLite:
+    def read_scope(self) -> AbstractContextManager[Any]:
+        return transaction.atomic()
+
+    def count_step(self, cursor: CursorWrapper, params: Mapping[str, Any]) -> Row | None:
+        cursor.execute(sql.STEP, only(params, *_STEP_PARAMS))
+        return fetch_row(cursor)
+
+    def open_call(
+        self,
+        cursor: CursorWrapper,
+        params: Mapping[str, Any],
+        lookup: tuple[LookupSource, Mapping[str, Any]] | None,
+    ) -> Row | None:
+        # Nothing is read ahead: the tool reads its record itself.
+        step = self.count_step(cursor, params)
+        if step is None:
+            return None
+        if step["steps"] > params["step_budget"]:
+            return step
+        cursor.execute(sql.CLAIM, only(params, *CLAIM_PARAMS))
+        claimed = fetch_row(cursor)
+        return {**step, **(claimed or {})}
+
+    def settle_and_audit(
+        self, cursor: CursorWrapper, settle: Mapping[str, Any], audit: Mapping[str, Any]
+    ) -> None:
+        cursor.execute(sql.SETTLE, settle)
+        cursor.execute(sql.AUDIT, audit)
+
+
+_STEP_PARAMS = ("agent_id", "session_id", "customer_id", "now")
+CLAIM_PARAMS = ("key", "agent_id", "session_id", "tool", "new_status", "count", "now")
+
+
+def only(params: Mapping[str, Any], *names: str) -> dict[str, Any]:
+    # SQLite wants exactly the parameters a statement names.
+    return {name: params[name] for name in names}
+
+
+def backend() -> Backend:
+    return PostgreSQL() if connection.vendor == "postgresql" else SQLite()

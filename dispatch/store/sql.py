@@ -1,0 +1,132 @@
+"""The statements of a call's hot path, with named parameters, the same on PostgreSQL and SQLite.
+
+Both have ON CONFLICT and RETURNING. Only PostgreSQL has data-modifying WITH, in which the
+backend seam (dispatch/store/backends.py) joins some of them into one statement.
+"""
+
+from __future__ import annotations
+
+# The first call of a session binds it to its customer, every other counts a step. No row comes
+# back when the session is bound to another customer. A twin of a first call waits on the other's
+# insert, then counts its own step.
+STEP = """
+    INSERT INTO dispatch_session AS session
+        (agent_id, session_id, customer_id, steps, created_at, last_call_at)
+    VALUES (%(agent_id)s, %(session_id)s, %(customer_id)s, 1, %(now)s, %(now)s)
+    ON CONFLICT (agent_id, session_id) DO UPDATE
+        SET steps = session.steps + 1, last_call_at = excluded.last_call_at
+        WHERE session.customer_id = excluded.customer_id
+    RETURNING steps
+"""
+
+# A key seen for the first time is inserted in the status its decision gives it (a write's is in
+# progress at once, so that the call that inserted it owns it); a known key is counted, and its
+# record comes back for the decision. count is 0 when a waiting call reads the key again.
+CLAIM = """
+    INSERT INTO dispatch_idempotencyrecord AS record
+        (key, agent_id, session_id, tool, status, attempts, confirmation_id, created_at, updated_at)
+    VALUES (%(key)s, %(agent_id)s, %(session_id)s, %(tool)s, %(new_status)s, %(count)s, '',
+        %(now)s, %(now)s)
+    ON CONFLICT (key) DO UPDATE
+        SET attempts = record.attempts + %(count)s, updated_at = excluded.updated_at
+    RETURNING status AS key_status, attempts AS key_attempts, result AS key_result,
+        confirmation_id AS key_confirmation_id,
+        confirmation_expires_at AS key_confirmation_expires_at, created_at AS key_created_at
+"""
+
+# Compare-and-set: of two twins that read the same status, only one moves the key on.
+MOVE_KEY = """
+    UPDATE dispatch_idempotencyrecord SET status = %(new_status)s
+    WHERE key = %(key)s AND status = %(status)s
+"""
+
+SETTLE = """
+    UPDATE dispatch_idempotencyrecord
+    SET status = %(settled_status)s, result = %(settled_result)s, updated_at = %(settled_at)s
+    WHERE key = %(settled_key)s
+"""
+
+AUDIT = """
+    INSERT INTO dispatch_auditrecord
+        (call_id, at, agent_id, session_id, customer_id, step, tool, raw_arguments, arguments,
+        key, ok, code, message, replayed, confirmation_id, policy_version, duration_ms)
+    VALUES (%(call_id)s, %(at)s, %(agent_id)s, %(session_id)s, %(customer_id)s, %(step)s,
+        %(tool)s, %(raw_arguments)s, %(arguments)s, %(key)s, %(ok)s, %(code)s, %(message)s,
+        %(replayed)s, %(confirmation_id)s, %(policy_version)s, %(duration_ms)s)
+"""
+
+# The columns AUDIT writes: a test holds them to the model's, so that a new field fails loudly.
+AUDIT_COLUMNS = (
+    "call_id",
+    "at",
+    "agent_id",
+    "session_id",
+    "customer_id",
+    "step",
+    "tool",
+    "raw_arguments",
+    "arguments",
+    "key",
+    "ok",
+    "code",
+    "message",
+    "replayed",
+    "confirmation_id",
+    "policy_version",
+    "duration_ms",
+)
+
+# PostgreSQL: a call opens in one statement. The step is counted; within the budget the key is
+# claimed as CLAIM does and the lookup, if the tool has one, is read ({lookup} is its SELECT). No
+# row: the session is another customer's.
+#
+# Outside a transaction (a read) the statement commits on its own, and it may do so without
+# waiting for its WAL to reach the disk: the call's last statement, the audit record, commits
+# synchronously, and that flush covers everything written before it, so whatever an agent was
+# answered about is durable. Inside a write's transaction the setting stays what it was.
+# set_config(..., true) lasts only for the statement's own transaction.
+OPEN_POSTGRESQL = """
+    WITH commit_mode AS (
+        SELECT set_config('synchronous_commit',
+            CASE WHEN %(commit_async)s THEN 'off' ELSE current_setting('synchronous_commit') END,
+            true)
+    ),
+    step AS ({step}),
+    claimed AS (
+        INSERT INTO dispatch_idempotencyrecord AS record
+            (key, agent_id, session_id, tool, status, attempts, confirmation_id, created_at,
+            updated_at)
+        SELECT %(key)s, %(agent_id)s, %(session_id)s, %(tool)s, %(new_status)s, %(count)s, '',
+            %(now)s, %(now)s
+        FROM step WHERE step.steps <= %(step_budget)s
+        ON CONFLICT (key) DO UPDATE
+            SET attempts = record.attempts + %(count)s, updated_at = excluded.updated_at
+        RETURNING status AS key_status, attempts AS key_attempts, result AS key_result,
+            confirmation_id AS key_confirmation_id,
+            confirmation_expires_at AS key_confirmation_expires_at, created_at AS key_created_at
+    ),
+    looked AS (
+        SELECT true AS lookup_found, lookup.*
+        FROM ({lookup}) AS lookup
+        WHERE (SELECT steps FROM step) <= %(step_budget)s
+    )
+    SELECT step.steps, claimed.*, looked.*
+    FROM commit_mode, step LEFT JOIN claimed ON true LEFT JOIN looked ON true
+"""
+
+# PostgreSQL: the opening of a call that claims nothing (refused by stages 1 to 3).
+STEP_POSTGRESQL = f"""
+    WITH commit_mode AS (
+        SELECT set_config('synchronous_commit',
+            CASE WHEN %(commit_async)s THEN 'off' ELSE current_setting('synchronous_commit') END,
+            true)
+    ),
+    step AS ({STEP})
+    SELECT steps FROM commit_mode, step
+"""
+
+# A call with no lookup reads nothing in its opening.
+NO_LOOKUP = "SELECT 1 AS nothing WHERE false"
+
+# PostgreSQL: a call ends in one statement, its key settled with its audit record.
+SETTLE_AND_AUDIT_POSTGRESQL = f"WITH settled AS ({SETTLE}) {AUDIT}"

@@ -1,0 +1,307 @@
+"""The core's state port on the database, for one call.
+
+dispatch.services.call_dispatch makes one OrmState per call, on one cursor, inside the scope the
+call needs: a write's transaction, or the backend's read scope. This module runs the statements;
+which statements run, one by one or joined, is the backend's (dispatch/store/backends.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
+from django.utils.dateparse import parse_datetime
+
+from dispatch.models import AuditRecord, Confirmation, IdempotencyRecord
+from dispatch.pipeline.state import (
+    AuditEntry,
+    Claim,
+    ClaimRequest,
+    KeyStatus,
+    Lookup,
+    Opening,
+    PendingConfirmation,
+    ReadAhead,
+    SessionConflict,
+    Settlement,
+    Verdict,
+    decide_claim,
+)
+from dispatch.pipeline.tools import LookupSource, ToolRegistry
+from dispatch.store import sql
+from dispatch.store.backends import CLAIM_PARAMS, Row, backend, fetch_row, only
+
+_JSON_FIELD = IdempotencyRecord._meta.get_field("result")
+
+
+class OrmState:
+    def __init__(self, cursor: CursorWrapper, registry: ToolRegistry) -> None:
+        self.cursor = cursor
+        self.registry = registry
+        self.backend = backend()
+
+    def open_call(
+        self,
+        *,
+        agent_id: str,
+        session_id: str,
+        customer_id: str,
+        step_budget: int,
+        claim: ClaimRequest | None,
+    ) -> Opening:
+        params: dict[str, Any] = {
+            "agent_id": int(agent_id),
+            "session_id": session_id,
+            "customer_id": customer_id,
+        }
+        if claim is None:
+            row = self.backend.count_step(self.cursor, {**params, "now": _db_time(_now())})
+            if row is None:
+                raise SessionConflict(session_id)
+            return Opening(row["steps"], None)
+
+        if claim.exclusive and not connection.in_atomic_block:
+            # Its claim, effect and audit record must commit together (call_dispatch).
+            raise RuntimeError("a write's key is claimed only inside its call's transaction")
+        first_verdict, first_status = _first_decision(claim)
+        params |= {
+            "key": claim.key,
+            "tool": claim.tool,
+            "new_status": first_status.value,
+            "count": 1,
+            "now": _db_time(claim.now),
+            "step_budget": step_budget,
+        }
+        source = self._source(claim.lookup)
+        row = self.backend.open_call(
+            self.cursor,
+            params,
+            None if source is None or claim.lookup is None else (source, claim.lookup.key),
+        )
+        if row is None:
+            raise SessionConflict(session_id)
+        if row["steps"] > step_budget:
+            return Opening(row["steps"], None)
+        read_ahead = None
+        if source is not None and "lookup_found" in row:
+            read_ahead = ReadAhead(source.to_value(row) if row["lookup_found"] else None)
+        decided = self._decide(row, claim, params, first_verdict, first_status)
+        return Opening(row["steps"], decided, read_ahead)
+
+    def claim(
+        self,
+        *,
+        key: str,
+        agent_id: str,
+        session_id: str,
+        tool: str,
+        exclusive: bool,
+        repeat_limit: int,
+        now: datetime,
+        count: bool = True,
+    ) -> Claim:
+        request = ClaimRequest(key, tool, exclusive, repeat_limit, now)
+        first_verdict, first_status = _first_decision(request)
+        params = {
+            "key": key,
+            "agent_id": int(agent_id),
+            "session_id": session_id,
+            "tool": tool,
+            "new_status": first_status.value,
+            "count": 1 if count else 0,
+            "now": _db_time(now),
+        }
+        self.cursor.execute(sql.CLAIM, params)
+        return self._decide(
+            _one(fetch_row(self.cursor)), request, params, first_verdict, first_status
+        )
+
+    def _decide(
+        self,
+        row: Row,
+        request: ClaimRequest,
+        params: Mapping[str, Any],
+        first_verdict: Verdict,
+        first_status: KeyStatus,
+    ) -> Claim:
+        """Apply the decision table to a key's record as the claim returned it."""
+        while True:
+            status = KeyStatus(row["key_status"])
+            attempts = row["key_attempts"]
+            if (
+                params["count"]
+                and attempts == 1
+                and status is first_status
+                and _as_datetime(row["key_created_at"]) == request.now
+            ):
+                # Inserted by this very statement (a known key would count 2 or more): already
+                # in the status its decision gives it.
+                return Claim(verdict=first_verdict, attempts=attempts, previous=KeyStatus.OPEN)
+            expiry = _as_datetime(row["key_confirmation_expires_at"])
+            verdict, new_status = decide_claim(
+                status=status,
+                attempts=attempts,
+                repeat_limit=request.repeat_limit,
+                exclusive=request.exclusive,
+                confirmation_live=expiry is not None and expiry > request.now,
+            )
+            if new_status is not status:
+                self.cursor.execute(
+                    sql.MOVE_KEY,
+                    {"key": request.key, "status": status.value, "new_status": new_status.value},
+                )
+                if self.cursor.rowcount != 1:
+                    # The twin moved it first: read the key again, without counting twice.
+                    params = {**only(params, *CLAIM_PARAMS), "count": 0}
+                    self.cursor.execute(sql.CLAIM, params)
+                    row = _one(fetch_row(self.cursor))
+                    continue
+            confirmation_id = row["key_confirmation_id"]
+            held = verdict is Verdict.HELD and confirmation_id
+            return Claim(
+                verdict=verdict,
+                attempts=attempts,
+                previous=status,
+                result=_as_json(row["key_result"]),
+                confirmation=_pending(confirmation_id) if held else None,
+            )
+
+    def settle(self, settlement: Settlement) -> None:
+        self.cursor.execute(sql.SETTLE, _settle_params(settlement))
+
+    def hold(self, confirmation: PendingConfirmation) -> None:
+        with transaction.atomic():
+            Confirmation.objects.create(
+                id=confirmation.confirmation_id,
+                key=confirmation.key,
+                tool=confirmation.tool,
+                arguments=dict(confirmation.arguments),
+                arguments_hash=confirmation.arguments_hash,
+                agent_id=int(confirmation.agent_id),
+                session_id=confirmation.session_id,
+                customer_id=confirmation.customer_id,
+                policy_version=confirmation.policy_version,
+                reviewers_required=confirmation.reviewers_required,
+                amount_cents=confirmation.amount_cents,
+                created_at=confirmation.created_at,
+                expires_at=confirmation.expires_at,
+            )
+            IdempotencyRecord.objects.filter(key=confirmation.key).update(
+                status=KeyStatus.HELD.value,
+                confirmation_id=confirmation.confirmation_id,
+                confirmation_expires_at=confirmation.expires_at,
+                updated_at=confirmation.created_at,
+            )
+
+    def record(self, entry: AuditEntry, settlement: Settlement | None = None) -> None:
+        audit = {
+            "call_id": entry.call_id,
+            "at": _db_time(entry.at),
+            "agent_id": int(entry.agent_id),
+            "session_id": entry.session_id,
+            "customer_id": entry.customer_id,
+            "step": entry.step,
+            "tool": _storable(entry.tool[: AuditRecord._meta.get_field("tool").max_length]),
+            "raw_arguments": _storable(entry.raw_arguments),
+            "arguments": _db_json(dict(entry.arguments) if entry.arguments is not None else None),
+            "key": entry.key or "",
+            "ok": entry.ok,
+            "code": entry.code,
+            "message": _storable(entry.message),
+            "replayed": entry.replayed,
+            "confirmation_id": entry.confirmation_id or "",
+            "policy_version": entry.policy_version,
+            "duration_ms": entry.duration_ms,
+        }
+        if settlement is None:
+            self.cursor.execute(sql.AUDIT, audit)
+        else:
+            self.backend.settle_and_audit(self.cursor, _settle_params(settlement), audit)
+
+    def _source(self, lookup: Lookup | None) -> LookupSource | None:
+        return None if lookup is None else self.registry.lookup_source(lookup.source)
+
+
+def _first_decision(request: ClaimRequest) -> tuple[Verdict, KeyStatus]:
+    """What the decision table makes of a key seen for the first time."""
+    return decide_claim(
+        status=KeyStatus.OPEN,
+        attempts=1,
+        repeat_limit=request.repeat_limit,
+        exclusive=request.exclusive,
+        confirmation_live=False,
+    )
+
+
+def _settle_params(settlement: Settlement) -> dict[str, Any]:
+    return {
+        "settled_status": settlement.status.value,
+        "settled_result": _db_json(settlement.result),
+        "settled_at": _db_time(_now()),
+        "settled_key": settlement.key,
+    }
+
+
+def _one(row: Row | None) -> Row:
+    if row is None:  # pragma: no cover - an upsert with RETURNING always returns its row
+        raise RuntimeError("the claim returned no row")
+    return row
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _db_time(moment: datetime) -> Any:
+    return connection.ops.adapt_datetimefield_value(moment)
+
+
+def _db_json(value: Mapping[str, Any] | None) -> Any:
+    return _JSON_FIELD.get_db_prep_save(value, connection)
+
+
+def _as_datetime(value: Any) -> datetime | None:
+    # PostgreSQL returns datetimes, SQLite text.
+    if value is None or isinstance(value, datetime):
+        return value.replace(tzinfo=value.tzinfo or UTC) if value else None
+    parsed = parse_datetime(str(value))
+    return parsed.replace(tzinfo=parsed.tzinfo or UTC) if parsed else None
+
+
+def _as_json(value: Any) -> Mapping[str, Any] | None:
+    # The driver returns JSON as text; Django's field would decode it on a model.
+    if value is None or isinstance(value, Mapping):
+        return value
+    loaded = json.loads(value)
+    return loaded if isinstance(loaded, Mapping) else None
+
+
+def _storable(text: str) -> str:
+    # PostgreSQL text cannot hold NUL, and a model can send one in a tool name, in raw arguments
+    # or in a field name that a message repeats: the audit keeps it visible, escaped as in JSON.
+    return text.replace("\x00", "\\u0000")
+
+
+def _pending(confirmation_id: str) -> PendingConfirmation | None:
+    held = Confirmation.objects.filter(pk=confirmation_id).first()
+    if held is None:
+        return None
+    return PendingConfirmation(
+        confirmation_id=held.id,
+        key=held.key,
+        tool=held.tool,
+        arguments=held.arguments,
+        arguments_hash=held.arguments_hash,
+        agent_id=str(held.agent_id),
+        session_id=held.session_id,
+        customer_id=held.customer_id,
+        policy_version=held.policy_version,
+        reviewers_required=held.reviewers_required,
+        amount_cents=held.amount_cents,
+        created_at=held.created_at,
+        expires_at=held.expires_at,
+    )
