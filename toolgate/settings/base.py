@@ -29,6 +29,7 @@ INSTALLED_APPS = [
     "orders",
     "dispatch",
     "approvals",
+    "demo",
 ]
 
 MIDDLEWARE = [

@@ -12,10 +12,10 @@ from django.core.management.base import CommandError
 from django.db.models import Sum
 from pytest_django.live_server_helper import LiveServer
 
+from demo.fixtures import DEMO_TOKEN
+from demo.simulation import SCENARIOS
 from dispatch.models import AuditRecord
-from orders.demo import DEMO_TOKEN
 from orders.models import Order, Refund
-from orders.simulation import SCENARIOS
 from tests.conftest import Run
 
 pytestmark = pytest.mark.django_db

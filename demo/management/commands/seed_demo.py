@@ -12,10 +12,7 @@ from django.contrib.auth.models import Group, Permission, User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from dispatch.management.policies import DEFAULT_POLICY, describe_policy
-from dispatch.models import Agent, Policy
-from dispatch.services import agent_create, agent_token_set, policy_create, token_hash
-from orders.demo import (
+from demo.fixtures import (
     DEMO_AGENT_NAME,
     DEMO_BASE_URL,
     DEMO_ORDERS,
@@ -25,6 +22,9 @@ from orders.demo import (
     DemoUser,
     demo_token,
 )
+from dispatch.management.policies import DEFAULT_POLICY, describe_policy
+from dispatch.models import Agent, Policy
+from dispatch.services import agent_create, agent_token_set, policy_create, token_hash
 from orders.models import Order
 from orders.services import order_create
 

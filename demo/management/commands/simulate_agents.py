@@ -9,10 +9,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dispatch.management.policies import integer_in_range
-from orders.demo import DEMO_BASE_URL, demo_token
-from orders.models import Order
-from orders.simulation import (
+from demo.fixtures import DEMO_BASE_URL, demo_token
+from demo.simulation import (
     DEFAULT_MIX,
     SCENARIOS,
     ApiClient,
@@ -22,6 +20,8 @@ from orders.simulation import (
     parse_mix,
     run_simulation,
 )
+from dispatch.management.policies import integer_in_range
+from orders.models import Order
 
 
 class Command(BaseCommand):

@@ -11,9 +11,9 @@ from django.core.management.base import CommandError
 from django.test import Client
 from pytest_django.fixtures import Settings
 
+from demo.fixtures import DEMO_TOKEN
 from dispatch.models import Agent, Policy
 from dispatch.services import agent_authenticate, agent_create, token_hash
-from orders.demo import DEMO_TOKEN
 from orders.models import Order
 from tests.conftest import Run
 
