@@ -23,8 +23,6 @@ def order_lookup(customer_id: str, order_id: str) -> Lookup:
     return Lookup(ORDER_SOURCE, {"order_id": order_id, "customer_id": customer_id})
 
 
-# The order book's records are NamedTuples: as immutable as a frozen dataclass, without its
-# object.__setattr__ for every field; an OrderView is made on every read of an order.
 class OrderView(NamedTuple):
     order_id: str
     customer_id: str

@@ -12,10 +12,9 @@ from collections.abc import Mapping
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
-# JSONEncoder.encode builds a new C encoder (and a closure it never uses) on every call, half the
-# cost of encoding a small object. This is the C encoder it builds, built once: sorted keys, no
-# spaces, UTF-8 kept, and the same errors. Its check for cycles is off: it encodes validated
-# arguments and the data of results, which hold none (a cycle would end in a RecursionError).
+# The C encoder JSONEncoder.encode would build for each value, built once: sorted keys, no spaces,
+# UTF-8 kept, and the same errors. Its check for cycles is off: it encodes validated arguments and
+# the data of results, which hold none (a cycle would end in a RecursionError).
 _encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 _encode = c_make_encoder and c_make_encoder(
     None,  # markers: no check for cycles

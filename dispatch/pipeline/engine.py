@@ -49,7 +49,7 @@ from dispatch.pipeline.tools import (
 
 logger = logging.getLogger(__name__)
 
-# Python 3.11 runs EnumType.__getattr__ on every `Verdict.X`; the hot path reads these instead.
+# Module constants for the members the stages compare (docs/benchmarks.md, "The core").
 _OWNED, _REPLAY, _HELD = Verdict.OWNED, Verdict.REPLAY, Verdict.HELD
 _IN_PROGRESS, _LOOP = Verdict.IN_PROGRESS, Verdict.LOOP
 _KEY_OPEN, _KEY_COMPLETED, _KEY_HELD = KeyStatus.OPEN, KeyStatus.COMPLETED, KeyStatus.HELD
@@ -77,15 +77,13 @@ class RetryPolicy:
         return float(min(self.max_delay_seconds, self.base_delay_seconds * 2 ** (attempt - 1)))
 
 
-# A partial rather than a function: datetime.now is called without a Python frame around it.
 _utcnow = partial(datetime.now, UTC)
 
 
 # Ids of calls and confirmations: 128 bits of the operating system's randomness as 32 hex digits
-# (as many bits as a UUID, six more than a uuid4's). They are read 256 at a time, one system call
-# for 256 ids, which costs a tenth of one call per id. Taking an id is one step of a list iterator,
-# which no two threads can take at once; a forked child forgets what its parent read, so that no
-# two processes hand out the same ids.
+# (as many bits as a UUID), read 256 at a time. Taking an id is one step of a list iterator, which
+# no two threads can take at once; a forked child forgets what its parent read, so that no two
+# processes hand out the same ids.
 _IDS_PER_READ = 256
 _ids: Iterator[str] = iter(())
 
@@ -112,17 +110,12 @@ if hasattr(os, "register_at_fork"):
 class _Trace:
     """What the audit record says about a call, filled in as the stages pass."""
 
-    # Defaults on the class, and no __init__: one trace is made on every call, and a dataclass's
-    # __init__ would be a Python frame setting each field.
     step: int | None = None
     arguments: Mapping[str, Any] | None = None
     key: str | None = None
     confirmation_id: str | None = None
     settlement: Settlement | None = None
 
-
-# What the stages hand each other on every call are plain tuples, not NamedTuples: a NamedTuple is
-# built through a Python-level __new__, which costs more than the rest of such a tuple's life.
 
 # A call that passed stages 1 to 3: its tool, its arguments (the model, and as JSON values), their
 # canonical JSON and its idempotency key.
@@ -151,8 +144,6 @@ class PreparedCall(NamedTuple):
         return not isinstance(self.checked, CallResult) and self.checked[0].writes
 
 
-# The two helpers below are module functions rather than closures in the stages that use them:
-# a closure is built on every call, used or not.
 def _rejected(call: ToolCall, call_id: str, code: Code, message: str) -> CallResult:
     """A result that ends the call before stage 5."""
     return make_result(call_id=call_id, tool=call.tool, code=code, message=message)
@@ -404,7 +395,7 @@ class Pipeline:
             )
 
         # 3. The tool's schema, strictly: no coercion, no unknown fields.
-        # model_validate and model_dump, minus pydantic's Python wrappers (half their cost).
+        # model_validate and model_dump, called on pydantic's validator and serializer directly.
         try:
             arguments: BaseModel = spec.arguments.__pydantic_validator__.validate_python(
                 document, strict=True

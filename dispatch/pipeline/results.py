@@ -24,10 +24,7 @@ class CallResult:
     retryable: bool = False
     model_text: str = ""
 
-    # Written out rather than generated: a frozen dataclass's own __init__ sets every field through
-    # object.__setattr__, which cost a twentieth of the core's time. Filling the instance's dict in
-    # one step costs less than half as much; the result is as frozen (and dataclasses.fields and
-    # replace, which the API's documentation and the replays use, work as before).
+    # Written out, and as frozen as the generated one (docs/benchmarks.md, "The core").
     def __init__(
         self,
         call_id: str,
@@ -80,8 +77,7 @@ class CallResult:
         )
 
 
-# One shared encoder: json.dumps would build a new one on every call. It checks for cycles, as it
-# encodes whatever object a host sent.
+# It checks for cycles: it encodes whatever object a host sent.
 _compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=True)
 
 
@@ -94,8 +90,7 @@ def model_text_for(
 ) -> str:
     """The compact text an agent host hands back to the model as the tool result."""
     if code is OK:
-        # Compact JSON in the order the tool gave its data (its id first, as a model reads it
-        # best), by pydantic's encoder: a third of the cost of json's on a result's data.
+        # Compact JSON in the order the tool gave its data: its id first, as a model reads it best.
         return f"OK {tool}: {_to_json(data).decode()}"
     if code is CONFIRMATION_REQUIRED:
         return (
@@ -123,7 +118,6 @@ def make_result(
 ) -> CallResult:
     payload = dict(data) if data else {}
     is_retryable = code.retryable if retryable is None else retryable
-    # Positional, in field order: keywords would cost a dict on every call of the class.
     return CallResult(
         call_id,
         code is OK,

@@ -39,8 +39,6 @@ class Verdict(enum.StrEnum):
 
 
 class PendingConfirmation(NamedTuple):
-    # A NamedTuple, like the per-call records below: built on every held call, and a frozen
-    # dataclass would set its thirteen fields one object.__setattr__ at a time.
     confirmation_id: str
     key: str
     tool: str
@@ -64,7 +62,7 @@ class Claim(NamedTuple):
     confirmation: PendingConfirmation | None = None
 
 
-# Python 3.11 runs EnumType.__getattr__ on every `Verdict.X`; decide_claim reads these instead.
+# Module constants for the members decide_claim compares (docs/benchmarks.md, "The core").
 _KEY_OPEN, _KEY_COMPLETED = KeyStatus.OPEN, KeyStatus.COMPLETED
 _KEY_IN_PROGRESS, _KEY_HELD = KeyStatus.IN_PROGRESS, KeyStatus.HELD
 _OWNED, _PROCEED, _REPLAY = Verdict.OWNED, Verdict.PROCEED, Verdict.REPLAY
@@ -140,8 +138,6 @@ class Settlement(NamedTuple):
 
 
 class AuditEntry(NamedTuple):
-    # The per-call records are NamedTuples: as immutable as a frozen dataclass, without its
-    # object.__setattr__ for every field, which cost a tenth of the core's time.
     call_id: str
     at: datetime
     agent_id: str
@@ -162,9 +158,9 @@ class AuditEntry(NamedTuple):
 
 
 class StatePort(Protocol):
-    """What the core asks of a store. A call opens with one request and ends with another, so
-    that a store on a database can do each in one round trip: open_call counts the step and
-    claims the key, record appends the audit record and settles the key."""
+    """What the core asks of a store. A call opens with one request and ends with another:
+    open_call counts the step and claims the key, record appends the audit record and settles
+    the key, each of which a store on a database can do in one statement."""
 
     def open_call(
         self,

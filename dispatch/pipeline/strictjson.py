@@ -135,8 +135,7 @@ def _check_text(text: str, refuse_nul: bool) -> None:
 
 def loads(text: str, *, refuse_nul: bool = False) -> Any:
     """Parse one strict JSON value."""
-    # JSONDecoder.decode without its two Python frames, and without its two regular-expression
-    # matches when no whitespace surrounds the value (as a model writes arguments).
+    # What JSONDecoder.decode does, calling its scanner directly.
     try:
         start = len(text) - len(text.lstrip(_WHITESPACE)) if text[:1] in _WHITESPACE else 0
         try:

@@ -134,7 +134,7 @@ class ToolRegistry:
         self._tools: dict[str, ToolSpec[Any]] = {}
         self._lookup_sources: dict[str, LookupSource] = {}
         self._catalogue = CodeCatalogue(CORE_CODES)
-        # The tool of a name, or None: the dict's own get, called on every call without a frame.
+        # The tool of a name, or None.
         self.get: Callable[[str], ToolSpec[Any] | None] = self._tools.get
 
     def register(self, spec: ToolSpec[Any]) -> None:

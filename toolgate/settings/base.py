@@ -168,6 +168,6 @@ LOGGING = {
     },
 }
 
-# The refund gateway's fault switch (orders.models.GatewayFault) costs a query per check, so
-# only environments that demonstrate failures read it.
+# The refund gateway's fault switch (orders.models.GatewayFault): read only where failures are
+# demonstrated on purpose; production turns it off.
 TOOLGATE_GATEWAY_FAULTS = env.bool("TOOLGATE_GATEWAY_FAULTS", default=True)
