@@ -77,6 +77,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# A redis:// URL selects django-redis, where the agent throttle counts across every web process;
+# the default counts in each process alone, which production refuses (settings/production.py).
 CACHES = {"default": env.cache_url("CACHE_URL", default="locmemcache://")}
 
 AUTH_PASSWORD_VALIDATORS = [
