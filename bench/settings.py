@@ -1,8 +1,9 @@
 """Settings for benchmark (b), the API under gunicorn: production's, on the bench database.
 
 Only what a benchmark needs differs from production: plain HTTP on 127.0.0.1, a throttle rate no
-load reaches, persistent database connections, quiet logging, and the `bench` app with the bare
-endpoint's one table. `python -m bench.api` starts gunicorn with this module.
+load reaches (still counted in Redis, as in production), persistent database connections, quiet
+logging, and the `bench` app with the bare endpoint's one table. `python -m bench.api` starts
+gunicorn with this module.
 """
 
 import os
@@ -14,6 +15,8 @@ os.environ.setdefault("SECRET_KEY", "bench-only-insecure-secret-key-never-used-i
 os.environ["DATABASE_URL"] = os.environ.get(
     "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/toolgate_bench"
 )
+# Production counts the throttle in Redis, one round trip a request, and so does the bench.
+os.environ["CACHE_URL"] = os.environ.get("BENCH_CACHE_URL", "redis://127.0.0.1:6379/1")
 
 from toolgate.settings.production import *  # noqa: F403
 from toolgate.settings.production import INSTALLED_APPS, REST_FRAMEWORK

@@ -10,11 +10,13 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
-from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
+from dispatch.errors import RateLimiterDown
 from dispatch.models import Agent
 from dispatch.services import agent_authenticate
+from dispatch.throttling import RateLimiterUnavailable, parse_rate, request_log
 
 
 class AgentTokenAuthentication(BaseAuthentication):
@@ -48,18 +50,28 @@ class IsAgent(BasePermission):
         return isinstance(request.user, Agent) and request.user.current_policy_id is not None
 
 
-class AgentRateThrottle(SimpleRateThrottle):
-    scope = "agent"
+class AgentRateThrottle(BaseThrottle):
+    """TOOLGATE_AGENT_THROTTLE_RATE per agent, counted by dispatch.throttling across processes."""
 
-    def get_rate(self) -> str:
-        # Read on every request, not once at import as DRF's rates are, so that a changed setting
-        # (an override in a test, say) applies to the very next request.
-        return str(settings.TOOLGATE_AGENT_THROTTLE_RATE)
+    def __init__(self) -> None:
+        self._wait: float | None = None
 
-    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+    def allow_request(self, request: Request, view: APIView) -> bool:
         if not isinstance(request.user, Agent):
-            return None
-        return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
+            return True
+        # Read on every request, so that a changed setting (an override in a test, say)
+        # applies to the very next request.
+        limit, window = parse_rate(str(settings.TOOLGATE_AGENT_THROTTLE_RATE))
+        try:
+            self._wait = request_log().hit(
+                f"throttle:agent:{request.user.pk}", limit=limit, window_seconds=window
+            )
+        except RateLimiterUnavailable:
+            raise RateLimiterDown() from None
+        return self._wait == 0
+
+    def wait(self) -> float | None:
+        return self._wait
 
 
 class AgentTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]

@@ -28,6 +28,14 @@ class SessionBoundElsewhere(APIException):
     default_detail = "This session is already bound to another customer."
 
 
+class RateLimiterDown(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "rate_limiter_unavailable"
+    default_detail = "The rate limiter cannot be reached; send the request again in a moment."
+    # DRF's handler turns `wait` into a Retry-After header.
+    wait = 1
+
+
 def _flatten(detail: Any) -> str:
     if isinstance(detail, list):
         return "; ".join(_flatten(item) for item in detail)

@@ -8,21 +8,28 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from io import StringIO
 from typing import Any, Protocol
 
 import pytest
+import redis
 import requests
+from django.conf import settings
 from django.core.cache import cache
 from django.core.management import call_command
 from django.db.models import Sum
+from django.test import Client, RequestFactory
+from pytest_django.fixtures import Settings
 from pytest_django.live_server_helper import LiveServer
 
 from dispatch.models import Agent
 from dispatch.services import agent_create
+from dispatch.throttling import local_request_log
 from orders.models import Order, Refund
 from tests.factories import OrderFactory
 
@@ -42,10 +49,68 @@ _agent_names = itertools.count(1)
 
 @pytest.fixture(autouse=True)
 def _fresh_cache() -> Iterator[None]:
-    # The throttle counts requests in the cache: one test's requests must not count in the next.
+    # The throttle counts requests in this process, or in the cache when that is Redis: one
+    # test's requests must not count in the next.
+    local_request_log.clear()
     cache.clear()
     yield
+    local_request_log.clear()
     cache.clear()
+
+
+class LoginClient(Client):
+    """Django's test client, whose login() gives axes the request it counts attempts by."""
+
+    def login(self, **credentials: Any) -> bool:
+        # Axes refuses to authenticate without a request; the test client's login() passes none,
+        # so it gets one from the address the client's own requests come from.
+        credentials.setdefault("request", RequestFactory().post(settings.LOGIN_URL))
+        return super().login(**credentials)
+
+
+@pytest.fixture
+def client() -> Client:
+    """pytest-django's client, with a login() that works with axes (see LoginClient)."""
+    return LoginClient()
+
+
+def require_service(available: bool, reason: str) -> None:
+    """Skip a test whose service (PostgreSQL, Redis, a server) is missing on this machine, or fail
+    it where TOOLGATE_REQUIRE_SERVICES=1 (CI, which starts them all): there it must run."""
+    if available:
+        return
+    if os.environ.get("TOOLGATE_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"{reason} (TOOLGATE_REQUIRE_SERVICES=1)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The Redis database the tests may write to, after checking that it answers."""
+    url = os.environ.get("TOOLGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/4")
+    try:
+        with redis.Redis.from_url(url, socket_connect_timeout=2) as client:
+            client.ping()
+        available = True
+    except redis.RedisError:
+        available = False
+    require_service(available, f"needs Redis at {url} (TOOLGATE_TEST_REDIS_URL)")
+    return url
+
+
+@pytest.fixture
+def redis_cache(redis_url: str, settings: Settings) -> str:
+    """The default cache on Redis, as production has it; returns its key prefix, one per test so
+    that tests never see each other's keys (they expire on their own)."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": redis_url,
+            "KEY_PREFIX": prefix,
+        }
+    }
+    return prefix
 
 
 MakeAgent = Callable[..., tuple[Agent, str]]

@@ -1,6 +1,33 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 
 def home(request: HttpRequest) -> HttpResponse:
     return render(request, "home.html")
+
+
+def login_locked_out(
+    request: HttpRequest,
+    original_response: HttpResponse | None = None,
+    credentials: dict[str, Any] | None = None,
+) -> HttpResponse:
+    """What axes answers, on the site's login and the admin's, once a user name and address are
+    locked out: a page in the site's layout that says how long to wait."""
+    cool_off_seconds = int(settings.AXES_COOLOFF_TIME.total_seconds())
+    response = render(
+        request,
+        "registration/locked_out.html",
+        {
+            "failure_limit": settings.AXES_FAILURE_LIMIT,
+            "cool_off_minutes": max(1, round(cool_off_seconds / 60)),
+        },
+        status=429,
+    )
+    # Every attempt during the lockout starts the cool-off again (axes' default).
+    response["Retry-After"] = str(cool_off_seconds)
+    return response

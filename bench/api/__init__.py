@@ -58,7 +58,8 @@ phase, and the rounds), report (the figures, the targets, the printout).
 
 Run: `.venv/bin/python -m bench.api [--duration S] [--rounds R] [--paired S] [--concurrency N]
 [--json]`.
-Needs PostgreSQL at 127.0.0.1:5432 (`--pg-url`); sends load to 127.0.0.1 only.
+Needs PostgreSQL at 127.0.0.1:5432 (`--pg-url`) and Redis (`BENCH_CACHE_URL`, by default
+redis://127.0.0.1:6379/1, where the throttle counts); sends load to 127.0.0.1 only.
 """
 
 from __future__ import annotations

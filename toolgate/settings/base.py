@@ -3,6 +3,7 @@
 SECRET_KEY is set by each environment module: only local and test have an insecure default.
 """
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
     "orders",
     "dispatch",
     "approvals",
@@ -41,6 +43,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as axes asks: it turns a login refused for a lockout into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "toolgate.urls"
@@ -74,6 +78,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# A redis:// URL selects django-redis, where the agent throttle counts across every web process;
+# the default counts in each process alone, which production refuses (settings/production.py).
 CACHES = {"default": env.cache_url("CACHE_URL", default="locmemcache://")}
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -82,6 +88,25 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Axes comes first: it refuses a locked-out user name and address before a password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Failed logins are counted per user name and client address, in the database (shared by every
+# web process); past the limit that pair is refused until it has made no attempt for the
+# cool-off, and the page says so (toolgate.views.login_locked_out). The browser's login and the
+# admin's are both covered.
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "toolgate.client_address.client_address"
+AXES_LOCKOUT_CALLABLE = "toolgate.views.login_locked_out"
+# How many proxies in front of the app append to X-Forwarded-For (nginx: 1). 0 trusts no header:
+# the client's address is the socket's (toolgate/client_address.py).
+TOOLGATE_TRUSTED_PROXY_COUNT = env.int("TOOLGATE_TRUSTED_PROXY_COUNT", default=0)
+
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/"

@@ -1,5 +1,7 @@
+from django.core.exceptions import ImproperlyConfigured
+
 from toolgate.settings.base import *  # noqa: F403
-from toolgate.settings.base import DATABASES, STORAGES, env
+from toolgate.settings.base import CACHES, DATABASES, STORAGES, env
 
 DEBUG = False
 SECRET_KEY = env("SECRET_KEY")
@@ -9,6 +11,14 @@ SECRET_KEY = env("SECRET_KEY")
 # start of every request) are there for networks that drop idle connections.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=600)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("CONN_HEALTH_CHECKS", default=False)
+
+# Each web process would count an agent's requests alone, letting through the rate times the
+# number of processes: the throttle needs the one count that Redis keeps for all of them.
+if CACHES["default"]["BACKEND"] != "django_redis.cache.RedisCache":
+    raise ImproperlyConfigured(
+        "CACHE_URL must name Redis in production (such as redis://127.0.0.1:6379/1): the agent "
+        "throttle counts there for every web process."
+    )
 
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
 # The app runs behind a TLS-terminating proxy that sets this header.
