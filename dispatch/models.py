@@ -46,7 +46,20 @@ class Policy(models.Model):
     version = models.PositiveIntegerField()
     allowed_tools = models.JSONField(default=list)
     max_amount_cents = models.PositiveBigIntegerField()
-    auto_approve_below_cents = models.PositiveBigIntegerField(default=0)
+    auto_approve_below_cents = models.PositiveBigIntegerField(
+        default=0,
+        help_text="a refund runs without a human only while what was auto-approved for the same "
+        "customer and currency within the window, this refund included, stays below this",
+    )
+    auto_approve_window_seconds = models.PositiveIntegerField(
+        default=24 * 3600, validators=[MinValueValidator(60)]
+    )
+    daily_cap_cents = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="what this agent may move without a human per currency and UTC day; "
+        "empty for no cap of its own",
+    )
     two_reviewers_from_cents = models.PositiveBigIntegerField(null=True, blank=True)
     step_budget = models.PositiveIntegerField(default=50, validators=[MinValueValidator(1)])
     repeat_limit = models.PositiveIntegerField(default=3, validators=[MinValueValidator(1)])
@@ -74,6 +87,8 @@ class Policy(models.Model):
             allowed_tools=frozenset(self.allowed_tools),
             max_amount_cents=self.max_amount_cents,
             auto_approve_below_cents=self.auto_approve_below_cents,
+            auto_approve_window_seconds=self.auto_approve_window_seconds,
+            daily_cap_cents=self.daily_cap_cents,
             two_reviewers_from_cents=self.two_reviewers_from_cents,
             step_budget=self.step_budget,
             repeat_limit=self.repeat_limit,
@@ -193,6 +208,8 @@ class Confirmation(models.Model):
         max_length=16, choices=ConfirmationStatus.choices, default=ConfirmationStatus.PENDING
     )
     result = models.JSONField(null=True, blank=True)
+    # Why the policy held it: kind, message and data (the earlier refunds and their sum).
+    hold_reason = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     decided_at = models.DateTimeField(null=True, blank=True)
@@ -203,3 +220,41 @@ class Confirmation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} {self.id} ({self.status})"
+
+
+class MovementApproval(models.TextChoices):
+    POLICY = "policy"
+    REVIEWER = "reviewer"
+
+
+class Movement(models.Model):
+    """Money a call moved, or reserved to move, without a human or with one.
+
+    What the policy's allowance sums (dispatch/pipeline/allowance.py). On PostgreSQL a reservation
+    commits on a connection of its own before the call's effect, so that concurrent calls see it;
+    a call that then moves nothing releases it.
+    """
+
+    key = models.CharField(max_length=64, unique=True)
+    # No foreign key: the reservation commits apart from the call, and outlives nothing it names.
+    agent_id = models.BigIntegerField()
+    session_id = models.CharField(max_length=128)
+    customer_id = models.CharField(max_length=64)
+    currency = models.CharField(max_length=16)
+    tool = models.CharField(max_length=64)
+    subject = models.CharField(max_length=128)
+    amount_cents = models.PositiveBigIntegerField()
+    approval = models.CharField(max_length=16, choices=MovementApproval.choices)
+    at = models.DateTimeField()
+    # The UTC day of `at`, which the agent's daily cap counts by.
+    day = models.DateField()
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["customer_id", "currency", "at"], name="movement_customer_idx"),
+            models.Index(fields=["agent_id", "currency", "day"], name="movement_agent_day_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool} {self.subject} {self.amount_cents} {self.currency} ({self.approval})"

@@ -14,6 +14,7 @@ _REFUND_FIELDS = (
     "amount_cents",
     "currency",
     "reason",
+    "approval",
     "approved_by",
     "refunded_cents_after",
     "created_at",
@@ -70,12 +71,13 @@ class RefundAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "amount_cents",
         "currency",
         "reason",
+        "approval",
         "approved_by",
         "created_at",
     )
     list_select_related = ("order",)
     search_fields = ("order__order_id", "order__customer_id", "idempotency_key", "approved_by")
-    list_filter = ("currency", "reason")
+    list_filter = ("approval", "currency", "reason")
     ordering = ("-created_at",)
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -81,9 +81,11 @@ class OrderBook(Protocol):
         currency: str,
         reason: str,
         key: str,
-        approved_by: str,
+        approved_by: tuple[str, ...],
     ) -> RefundReceipt:
-        """Refund once per key: a repeated key returns the first receipt and moves no money."""
+        """Refund once per key: a repeated key returns the first receipt and moves no money.
+
+        approved_by names the reviewers who approved it; none: the policy let it through."""
         ...
 
 
@@ -112,7 +114,7 @@ class InMemoryOrderBook:
         currency: str,
         reason: str,
         key: str,
-        approved_by: str,
+        approved_by: tuple[str, ...],
     ) -> RefundReceipt:
         with self._lock:
             receipt = self.receipts.get(key) or self._apply(

@@ -16,7 +16,7 @@ from django.db import connection, transaction
 
 from dispatch.pipeline.tools import LookupSource, OutcomeUnknownError, TransientError
 from orders.book import OrderView, RefundReceipt, RefundRefused
-from orders.models import Refund
+from orders.models import Refund, RefundApproval
 from orders.services import GatewayFaultKind, gateway_fault_consume
 
 _FIND_SQL = """
@@ -51,9 +51,9 @@ _TAKE_SQL = """
 # on the order's lock) inserts nothing, and the refund gives back what it took.
 _ENTER_SQL = """
     INSERT INTO orders_refund (order_id, idempotency_key, amount_cents, currency, reason,
-        approved_by, refunded_cents_after, created_at)
-    VALUES (%(order_pk)s, %(key)s, %(amount_cents)s, %(currency)s, %(reason)s, %(approved_by)s,
-        %(refunded_cents)s, %(now)s)
+        approval, approved_by, refunded_cents_after, created_at)
+    VALUES (%(order_pk)s, %(key)s, %(amount_cents)s, %(currency)s, %(reason)s, %(approval)s,
+        %(approved_by)s, %(refunded_cents)s, %(now)s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id AS refund_pk
 """
@@ -64,9 +64,9 @@ _TAKE_AND_ENTER_SQL = f"""
     WITH taken AS ({_TAKE_SQL}),
     entered AS (
         INSERT INTO orders_refund (order_id, idempotency_key, amount_cents, currency, reason,
-            approved_by, refunded_cents_after, created_at)
+            approval, approved_by, refunded_cents_after, created_at)
         SELECT taken.order_pk, %(key)s, %(amount_cents)s, %(currency)s, %(reason)s,
-            %(approved_by)s, taken.refunded_cents, %(now)s
+            %(approval)s, %(approved_by)s, taken.refunded_cents, %(now)s
         FROM taken
         ON CONFLICT (idempotency_key) DO NOTHING
         RETURNING id AS refund_pk
@@ -112,7 +112,7 @@ class OrmOrderBook:
         currency: str,
         reason: str,
         key: str,
-        approved_by: str,
+        approved_by: tuple[str, ...],
     ) -> RefundReceipt:
         # With faults on, a repeated key is answered before any fault is consumed; without, the
         # refund itself finds a repeated key.
@@ -142,7 +142,7 @@ class OrmOrderBook:
         currency: str,
         reason: str,
         key: str,
-        approved_by: str,
+        approved_by: tuple[str, ...],
     ) -> RefundReceipt:
         params: dict[str, Any] = {
             "customer_id": customer_id,
@@ -151,7 +151,8 @@ class OrmOrderBook:
             "currency": currency,
             "reason": reason,
             "key": key,
-            "approved_by": approved_by,
+            "approval": RefundApproval.REVIEWER if approved_by else RefundApproval.POLICY,
+            "approved_by": ", ".join(approved_by),
             "now": connection.ops.adapt_datetimefield_value(datetime.now(UTC)),
         }
         # Its own transaction when called on its own; inside a call's, no savepoint: nothing in

@@ -25,6 +25,11 @@ class RefundReason(models.TextChoices):
     CUSTOMER_REQUEST = "customer_request", "Customer request"
 
 
+class RefundApproval(models.TextChoices):
+    POLICY = "policy", "Policy"
+    REVIEWER = "reviewer", "Reviewer"
+
+
 class Order(models.Model):
     order_id = models.CharField(
         max_length=16,
@@ -64,7 +69,9 @@ class Refund(models.Model):
     amount_cents = models.PositiveBigIntegerField()
     currency = models.CharField(max_length=3, choices=Currency.choices)
     reason = models.CharField(max_length=32, choices=RefundReason.choices)
-    approved_by = models.CharField(max_length=200)
+    # Who let the money move: the agent's policy, with no human, or reviewers, named in approved_by.
+    approval = models.CharField(max_length=16, choices=RefundApproval.choices)
+    approved_by = models.CharField(max_length=200, blank=True)
     # Kept so that a replayed receipt is identical to the first, whatever happened since.
     refunded_cents_after = models.BigIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)

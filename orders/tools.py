@@ -156,7 +156,7 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
                 currency=arguments.currency,
                 reason=arguments.reason,
                 key=context.idempotency_key,
-                approved_by=", ".join(context.approved_by) or "policy",
+                approved_by=context.approved_by,
             )
         except RefundRefused as exc:
             # The live state changed between the check and the effect (a concurrent refund).
@@ -192,6 +192,8 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             writes=True,
             risk=Risk.HIGH,
             amount_field="amount_cents",
+            currency_field="currency",
+            subject_field="order_id",
             codes=(ORDER_NOT_FOUND, CURRENCY_MISMATCH, AMOUNT_EXCEEDS_REFUNDABLE),
             lookup=_the_order,
         ),

@@ -22,6 +22,7 @@ import requests
 from django.conf import settings
 from django.core.cache import cache
 from django.core.management import call_command
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Sum
 from django.test import Client, RequestFactory
 from pytest_django.fixtures import Settings
@@ -29,6 +30,7 @@ from pytest_django.live_server_helper import LiveServer
 
 from dispatch.models import Agent
 from dispatch.services import agent_create
+from dispatch.store.allowance import allowance_connections_close_all
 from dispatch.throttling import local_request_log
 from orders.models import Order, Refund
 from tests.factories import OrderFactory
@@ -66,6 +68,34 @@ class LoginClient(Client):
         # so it gets one from the address the client's own requests come from.
         credentials.setdefault("request", RequestFactory().post(settings.LOGIN_URL))
         return super().login(**credentials)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None) -> Iterator[None]:
+    yield
+    # The reservations' own connections would keep the test database from being dropped.
+    allowance_connections_close_all()
+
+
+@pytest.fixture(autouse=True)
+def _forget_reserved_money(
+    request: pytest.FixtureRequest, django_db_blocker: Any
+) -> Iterator[None]:
+    """On PostgreSQL reservations commit on a connection of their own (dispatch/store/allowance.py),
+    outside the transaction a test rolls back: each test starts with none."""
+    yield
+    uses_db = request.node.get_closest_marker("django_db") or any(
+        name in request.fixturenames for name in ("db", "transactional_db", "live_server")
+    )
+    if not uses_db or connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock():
+        side = connections[DEFAULT_DB_ALIAS].copy()
+        try:
+            with side.cursor() as cursor:
+                cursor.execute("DELETE FROM dispatch_movement")
+        finally:
+            side.close()
 
 
 @pytest.fixture

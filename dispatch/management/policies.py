@@ -12,6 +12,8 @@ from dispatch.models import Policy
 DEFAULT_POLICY: dict[str, Any] = {
     "max_amount_cents": 50_000,
     "auto_approve_below_cents": 5_000,
+    "auto_approve_window_seconds": 24 * 3600,
+    "daily_cap_cents": None,
     "two_reviewers_from_cents": 30_000,
     "step_budget": 50,
     "repeat_limit": 3,
@@ -45,7 +47,7 @@ ttl_seconds = integer_in_range(60, _INT_MAX, "seconds")
 
 
 def cents_or_none(text: str) -> int | None:
-    """`none` switches the rule off (one reviewer is always enough)."""
+    """`none` switches the rule off."""
     if text.strip().lower() == "none":
         return None
     return cents(text)
@@ -68,7 +70,17 @@ def describe_policy(policy: Policy) -> list[str]:
     rows = [
         ("allowed tools", ", ".join(policy.allowed_tools) or "none"),
         ("max amount per call", f"{policy.max_amount_cents} cents"),
-        ("no human needed below", f"{policy.auto_approve_below_cents} cents"),
+        (
+            "no human needed below",
+            f"{policy.auto_approve_below_cents} cents per customer and currency "
+            f"within {_duration(policy.auto_approve_window_seconds)}",
+        ),
+        (
+            "daily cap without a human",
+            "none"
+            if policy.daily_cap_cents is None
+            else f"{policy.daily_cap_cents} cents per currency and UTC day",
+        ),
         ("two reviewers from", two_reviewers),
         ("step budget", f"{policy.step_budget} calls per session"),
         ("repeat limit", f"{policy.repeat_limit} identical calls per session"),

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, TypeAlias
 from pydantic import BaseModel, ValidationError
 
 from dispatch.pipeline import codes
+from dispatch.pipeline.allowance import AllowanceRequest, HoldReason, allowance_judge
 from dispatch.pipeline.canonical import arguments_hash, canonical_json, idempotency_key
 from dispatch.pipeline.codes import Code
 from dispatch.pipeline.messages import describe_validation_error
@@ -115,6 +116,8 @@ class _Trace:
     key: str | None = None
     confirmation_id: str | None = None
     settlement: Settlement | None = None
+    # Whether stage 8 began: after that, a write may have taken effect.
+    executing: bool = False
 
 
 # A call that passed stages 1 to 3: its tool, its arguments (the model, and as JSON values), their
@@ -351,7 +354,8 @@ class Pipeline:
                     checked_call, call, call_id, policy, trace, state
                 )
         except BaseException:
-            state.settle(Settlement(key, _KEY_UNKNOWN if spec.writes else _KEY_OPEN))
+            may_have_happened = spec.writes and (trace.executing or claim.previous is _KEY_UNKNOWN)
+            state.settle(Settlement(key, _KEY_UNKNOWN if may_have_happened else _KEY_OPEN))
             raise
         if status is not _KEY_HELD:
             stored = result.as_dict() if status is _KEY_COMPLETED else None
@@ -447,31 +451,63 @@ class Pipeline:
 
         # 7. A human decides where the risk calls for it; only calls that would succeed get here.
         key = trace.key or ""
-        if spec.risk is _HIGH_RISK and policy.needs_confirmation(amount):
+        reserved = False
+        if spec.risk is _HIGH_RISK:
             now = self.clock()
-            confirmation = PendingConfirmation(
-                confirmation_id=self.new_id(),
-                key=key,
-                tool=spec.name,
-                arguments=dict(validated),
-                arguments_hash=arguments_hash(canonical),
-                agent_id=call.agent_id,
-                session_id=call.session_id,
-                customer_id=call.customer_id,
-                policy_version=policy.version,
-                reviewers_required=policy.reviewers_required(amount),
-                amount_cents=amount,
-                created_at=now,
-                expires_at=now + timedelta(seconds=policy.confirmation_ttl_seconds),
-            )
-            state.hold(confirmation)
-            trace.confirmation_id = confirmation.confirmation_id
-            return self._held(call_id, confirmation, replayed=False), _KEY_HELD
+            if amount is None:
+                hold: HoldReason | None = HoldReason(
+                    "high_risk", "a high-risk call that moves no declared amount", {}
+                )
+                total = None
+            else:
+                request = AllowanceRequest(
+                    key=key,
+                    agent_id=call.agent_id,
+                    session_id=call.session_id,
+                    customer_id=call.customer_id,
+                    tool=spec.name,
+                    subject=spec.subject_of(arguments),
+                    currency=spec.currency_of(arguments),
+                    amount_cents=amount,
+                    at=now,
+                    since=now - timedelta(seconds=policy.auto_approve_window_seconds),
+                )
+                history, hold = state.reserve_allowance(
+                    request, partial(allowance_judge, policy, request)
+                )
+                # The money is the risk: the sum it makes decides how many reviewers it needs.
+                total = history.customer_window_cents + amount
+            if hold is not None:
+                confirmation = PendingConfirmation(
+                    confirmation_id=self.new_id(),
+                    key=key,
+                    tool=spec.name,
+                    arguments=dict(validated),
+                    arguments_hash=arguments_hash(canonical),
+                    agent_id=call.agent_id,
+                    session_id=call.session_id,
+                    customer_id=call.customer_id,
+                    policy_version=policy.version,
+                    reviewers_required=policy.reviewers_required(total),
+                    amount_cents=amount,
+                    created_at=now,
+                    expires_at=now + timedelta(seconds=policy.confirmation_ttl_seconds),
+                    reason=hold._asdict(),
+                )
+                state.hold(confirmation)
+                trace.confirmation_id = confirmation.confirmation_id
+                return self._held(call_id, confirmation, replayed=False), _KEY_HELD
+            reserved = True
 
         # 8. Execution. What was read ahead is the first read of the tool's check, if it has one.
-        return self._execute(
+        trace.executing = True
+        result, status = self._execute(
             spec, arguments, call, call_id, key, read_ahead=None if spec.check else read_ahead
         )
+        if reserved and status is _KEY_OPEN:
+            # Nothing moved (refused, or not applied): the money it reserved is free again.
+            state.release_allowance(key)
+        return result, status
 
     def _execute(
         self,
@@ -512,7 +548,8 @@ class Pipeline:
             code=codes.CONFIRMATION_REQUIRED,
             message=(
                 f"{confirmation.tool} is held for human approval as confirmation "
-                f"{confirmation.confirmation_id}, until {data['expires_at']}."
+                f"{confirmation.confirmation_id}, until {data['expires_at']}"
+                + (f": {confirmation.reason['message']}." if confirmation.reason else ".")
             ),
             data=data,
         )
@@ -536,6 +573,7 @@ def confirmation_data(confirmation: PendingConfirmation) -> dict[str, Any]:
         "expires_at": confirmation.expires_at.isoformat(),
         "arguments": dict(confirmation.arguments),
         "reviewers_required": confirmation.reviewers_required,
+        "reason": dict(confirmation.reason) if confirmation.reason else None,
     }
 
 

@@ -11,8 +11,13 @@ class Policy:
     allowed_tools: frozenset[str]
     # Amounts are in minor units of the order's currency; a tool declares which argument they bind.
     max_amount_cents: int
-    # Below this amount a high-risk call runs without a human; 0 holds every one.
+    # Below this amount a high-risk call runs without a human; 0 holds every one. What was
+    # auto-approved for the same customer and currency within the window counts with the call
+    # (dispatch/pipeline/allowance.py).
     auto_approve_below_cents: int = 0
+    auto_approve_window_seconds: int = 24 * 3600
+    # What the agent may move without a human per currency and UTC day; None: no cap of its own.
+    daily_cap_cents: int | None = None
     # From this amount two different reviewers must approve; None means one is always enough.
     two_reviewers_from_cents: int | None = None
     step_budget: int = 50
@@ -28,6 +33,3 @@ class Policy:
         ):
             return 2
         return 1
-
-    def needs_confirmation(self, amount_cents: int | None) -> bool:
-        return amount_cents is None or amount_cents >= self.auto_approve_below_cents

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
+
+from dispatch.pipeline.allowance import AllowanceHistory, AllowanceRequest, HoldReason, Movement
 
 
 class SessionConflict(Exception):
@@ -52,6 +54,8 @@ class PendingConfirmation(NamedTuple):
     amount_cents: int | None
     created_at: datetime
     expires_at: datetime
+    # Why it is held (allowance.HoldReason as data: kind, message, data).
+    reason: Mapping[str, Any] | None = None
 
 
 class Claim(NamedTuple):
@@ -208,6 +212,20 @@ class StatePort(Protocol):
         """Append one audit record, and settle the call's key with it when there is one."""
         ...
 
+    def reserve_allowance(
+        self, request: AllowanceRequest, judge: Callable[[AllowanceHistory], HoldReason | None]
+    ) -> tuple[AllowanceHistory, HoldReason | None]:
+        """Read the history the request is judged by, judge it, and if judge finds no reason to
+        hold, reserve the request's money (a movement approved by the policy), all atomically:
+        no other reservation of the same customer or agent comes between the read and the
+        reservation. The reservation counts from then on, whatever happens to the call's own
+        transaction, until release_allowance."""
+        ...
+
+    def release_allowance(self, key: str) -> None:
+        """The reserved call did not move its money: its reservation no longer counts."""
+        ...
+
 
 @dataclass(slots=True)
 class _KeyRecord:
@@ -225,6 +243,8 @@ class InMemoryState:
     keys: dict[str, _KeyRecord] = field(default_factory=dict)
     confirmations: dict[str, PendingConfirmation] = field(default_factory=dict)
     audit: list[AuditEntry] = field(default_factory=list)
+    # Reserved money by key, with its customer and currency; released ones are dropped.
+    movements: dict[str, tuple[str, str, Movement]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def open_call(
@@ -308,6 +328,58 @@ class InMemoryState:
             if settlement is not None:
                 self._settle(settlement)
             self.audit.append(entry)
+
+    def reserve_allowance(
+        self, request: AllowanceRequest, judge: Callable[[AllowanceHistory], HoldReason | None]
+    ) -> tuple[AllowanceHistory, HoldReason | None]:
+        with self._lock:
+            kept = list(self.movements.values())
+            history = AllowanceHistory(
+                customer_window=tuple(
+                    movement
+                    for customer, currency, movement in kept
+                    if (customer, currency) == (request.customer_id, request.currency)
+                    and movement.approval == "policy"
+                    and movement.at >= request.since
+                ),
+                agent_day_cents=sum(
+                    movement.amount_cents
+                    for _, currency, movement in kept
+                    if movement.agent_id == request.agent_id
+                    and currency == request.currency
+                    and movement.approval == "policy"
+                    and movement.at.date() == request.at.date()
+                ),
+                repeats=tuple(
+                    movement
+                    for customer, _, movement in kept
+                    if customer == request.customer_id
+                    and (movement.tool, movement.subject, movement.amount_cents)
+                    == (request.tool, request.subject, request.amount_cents)
+                    and movement.at >= request.since
+                ),
+            )
+            hold = judge(history)
+            if hold is None:
+                self.movements[request.key] = (
+                    request.customer_id,
+                    request.currency,
+                    Movement(
+                        request.key,
+                        request.agent_id,
+                        request.session_id,
+                        request.tool,
+                        request.subject,
+                        request.amount_cents,
+                        request.at,
+                        "policy",
+                    ),
+                )
+            return history, hold
+
+    def release_allowance(self, key: str) -> None:
+        with self._lock:
+            self.movements.pop(key, None)
 
     def expire(self, confirmation_id: str, at: datetime) -> None:
         """Move a confirmation's expiry (for tests of expiry)."""

@@ -96,8 +96,12 @@ class ToolSpec(Generic[Args]):
     check: Check[Args] | None = None
     writes: bool = False
     risk: Risk = Risk.LOW
-    # The argument a policy's amount limits apply to (minor units), if the tool moves an amount.
+    # The argument a policy's amount limits apply to (minor units), if the tool moves an amount;
+    # the argument that names its currency, and the one that says what the money is for (a
+    # refund's order), which the policy's allowance sums and compares by.
     amount_field: str | None = None
+    currency_field: str | None = None
+    subject_field: str | None = None
     # Business codes the check and the handler may answer with.
     codes: tuple[Code, ...] = ()
     label: str = ""
@@ -106,14 +110,22 @@ class ToolSpec(Generic[Args]):
     lookup: LookupOf[Args] | None = None
 
     def __post_init__(self) -> None:
-        if self.amount_field is not None and self.amount_field not in self.arguments.model_fields:
-            raise ValueError(f"{self.name}: amount_field {self.amount_field!r} is not an argument")
+        for kind in ("amount_field", "currency_field", "subject_field"):
+            name = getattr(self, kind)
+            if name is not None and name not in self.arguments.model_fields:
+                raise ValueError(f"{self.name}: {kind} {name!r} is not an argument")
 
     def amount_of(self, arguments: BaseModel) -> int | None:
         if self.amount_field is None:
             return None
         amount = getattr(arguments, self.amount_field)
         return int(amount)
+
+    def currency_of(self, arguments: BaseModel) -> str:
+        return "" if self.currency_field is None else str(getattr(arguments, self.currency_field))
+
+    def subject_of(self, arguments: BaseModel) -> str:
+        return "" if self.subject_field is None else str(getattr(arguments, self.subject_field))
 
     def json_schema(self) -> dict[str, Any]:
         return self.arguments.model_json_schema()

@@ -8,7 +8,7 @@ which statements run, one by one or joined, is the backend's (dispatch/store/bac
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +17,7 @@ from django.db.backends.utils import CursorWrapper
 from django.utils.dateparse import parse_datetime
 
 from dispatch.models import AuditRecord, Confirmation, IdempotencyRecord
+from dispatch.pipeline.allowance import AllowanceHistory, AllowanceRequest, HoldReason
 from dispatch.pipeline.state import (
     AuditEntry,
     Claim,
@@ -33,6 +34,7 @@ from dispatch.pipeline.state import (
 )
 from dispatch.pipeline.tools import LookupSource, ToolRegistry
 from dispatch.store import sql
+from dispatch.store.allowance import allowance_release, allowance_reserve
 from dispatch.store.backends import CLAIM_PARAMS, Row, backend, fetch_row, only
 
 _JSON_FIELD = IdempotencyRecord._meta.get_field("result")
@@ -187,6 +189,7 @@ class OrmState:
                 policy_version=confirmation.policy_version,
                 reviewers_required=confirmation.reviewers_required,
                 amount_cents=confirmation.amount_cents,
+                hold_reason=dict(confirmation.reason) if confirmation.reason else None,
                 created_at=confirmation.created_at,
                 expires_at=confirmation.expires_at,
             )
@@ -221,6 +224,14 @@ class OrmState:
             self.cursor.execute(sql.AUDIT, audit)
         else:
             self.backend.settle_and_audit(self.cursor, _settle_params(settlement), audit)
+
+    def reserve_allowance(
+        self, request: AllowanceRequest, judge: Callable[[AllowanceHistory], HoldReason | None]
+    ) -> tuple[AllowanceHistory, HoldReason | None]:
+        return allowance_reserve(request, judge, cursor=self.cursor)
+
+    def release_allowance(self, key: str) -> None:
+        allowance_release(key, cursor=self.cursor)
 
     def _source(self, lookup: Lookup | None) -> LookupSource | None:
         return None if lookup is None else self.registry.lookup_source(lookup.source)
@@ -304,4 +315,5 @@ def _pending(confirmation_id: str) -> PendingConfirmation | None:
         amount_cents=held.amount_cents,
         created_at=held.created_at,
         expires_at=held.expires_at,
+        reason=held.hold_reason,
     )

@@ -87,6 +87,8 @@ def test_adding_a_policy_makes_a_new_current_version_and_keeps_the_old(
             "allowed_tools": ["get_order"],
             "max_amount_cents": 10_000,
             "auto_approve_below_cents": 0,
+            "auto_approve_window_seconds": 86_400,
+            "daily_cap_cents": "",
             "two_reviewers_from_cents": "",
             "step_budget": 20,
             "repeat_limit": 2,

@@ -36,7 +36,7 @@ def refund(book: OrmOrderBook, order: Order) -> RefundCall:
             "currency": order.currency,
             "reason": "damaged",
             "key": "key-1",
-            "approved_by": "reviewer-1",
+            "approved_by": ("reviewer-1",),
         }
         arguments.update(overrides)
         return book.refund(**arguments)

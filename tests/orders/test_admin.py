@@ -20,7 +20,7 @@ def test_an_order_page_lists_its_refunds_read_only(
         currency="BRL",
         reason="damaged",
         key="key-admin",
-        approved_by="ana",
+        approved_by=("ana",),
     )
 
     response = admin_client.get(f"/admin/orders/order/{order.pk}/change/")
@@ -48,7 +48,7 @@ def test_the_ledger_cannot_be_written_from_the_admin(
         currency="BRL",
         reason="damaged",
         key="key-1",
-        approved_by="ana",
+        approved_by=("ana",),
     )
     refund = Refund.objects.get()
 

@@ -60,7 +60,7 @@ def test_find_answers_another_customers_order_like_a_missing_one(
 def test_a_refund_moves_the_money_and_writes_one_ledger_row(
     refund: RefundCall, order: Order
 ) -> None:
-    receipt = refund(amount_cents=2590, reason="not_delivered", approved_by="ana, bruno")
+    receipt = refund(amount_cents=2590, reason="not_delivered", approved_by=("ana", "bruno"))
 
     row = Refund.objects.get()
     assert receipt == RefundReceipt(
@@ -77,8 +77,9 @@ def test_a_refund_moves_the_money_and_writes_one_ledger_row(
         2590,
         "BRL",
     )
-    assert (row.reason, row.approved_by, row.refunded_cents_after) == (
+    assert (row.reason, row.approval, row.approved_by, row.refunded_cents_after) == (
         "not_delivered",
+        "reviewer",
         "ana, bruno",
         2590,
     )

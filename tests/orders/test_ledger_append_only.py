@@ -27,7 +27,7 @@ def refund() -> Refund:
         currency=order.currency,
         reason="damaged",
         key="k-1",
-        approved_by="policy",
+        approved_by=(),
     )
     return Refund.objects.get()
 

@@ -87,7 +87,7 @@ def test_the_database_refuses_a_refund_of_nothing() -> None:
             amount_cents=0,
             currency="BRL",
             reason="damaged",
-            approved_by="policy",
+            approval="policy",
             refunded_cents_after=0,
         )
 

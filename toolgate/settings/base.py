@@ -196,3 +196,6 @@ LOGGING = {
 # The refund gateway's fault switch (orders.models.GatewayFault): read only where failures are
 # demonstrated on purpose; production turns it off.
 TOOLGATE_GATEWAY_FAULTS = env.bool("TOOLGATE_GATEWAY_FAULTS", default=True)
+
+# Connections each process keeps for reserving money moved without a human (PostgreSQL only).
+TOOLGATE_RESERVATION_CONNECTIONS = env.int("TOOLGATE_RESERVATION_CONNECTIONS", default=4)

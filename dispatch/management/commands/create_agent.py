@@ -46,7 +46,22 @@ class Command(BaseCommand):
             "--auto-approve-below-cents",
             type=cents,
             default=DEFAULT_POLICY["auto_approve_below_cents"],
-            help="below this amount no human is asked; 0 holds every call (default %(default)s)",
+            help="no human is asked while what was auto-approved for the customer and currency "
+            "within the window, the call included, stays below this; 0 holds every call "
+            "(default %(default)s)",
+        )
+        parser.add_argument(
+            "--auto-approve-window-seconds",
+            type=ttl_seconds,
+            default=DEFAULT_POLICY["auto_approve_window_seconds"],
+            help="the rolling window of that sum, at least 60 (default %(default)s)",
+        )
+        parser.add_argument(
+            "--daily-cap-cents",
+            type=cents_or_none,
+            default=DEFAULT_POLICY["daily_cap_cents"],
+            help="what the agent may move without a human per currency and UTC day; 'none' "
+            "for no cap (default %(default)s)",
         )
         parser.add_argument(
             "--two-reviewers-from-cents",
@@ -87,6 +102,8 @@ class Command(BaseCommand):
                 allowed_tools=options["tools"],
                 max_amount_cents=options["max_amount_cents"],
                 auto_approve_below_cents=options["auto_approve_below_cents"],
+                auto_approve_window_seconds=options["auto_approve_window_seconds"],
+                daily_cap_cents=options["daily_cap_cents"],
                 two_reviewers_from_cents=options["two_reviewers_from_cents"],
                 step_budget=options["step_budget"],
                 repeat_limit=options["repeat_limit"],

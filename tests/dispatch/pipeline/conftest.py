@@ -63,11 +63,12 @@ class Harness:
         *,
         session: str = "s-1",
         customer: str = "CUS-1",
+        agent: str = "agent-1",
         policy: Policy | None = None,
     ) -> CallResult:
         return self.pipeline.run(
             ToolCall(
-                agent_id="agent-1",
+                agent_id=agent,
                 session_id=session,
                 customer_id=customer,
                 tool=tool,
@@ -98,6 +99,9 @@ def build_harness() -> Harness:
     book = InMemoryOrderBook()
     book.add("ORD-1001", "CUS-1", 12_000, "BRL")
     book.add("ORD-1002", "CUS-2", 4_500, "USD")
+    book.add("ORD-2003", "CUS-1", 90_000, "BRL")
+    book.add("ORD-2004", "CUS-1", 9_000, "USD")
+    book.add("ORD-2005", "CUS-3", 9_000, "BRL")
     registry = ToolRegistry()
     for spec in order_tools(book):
         registry.register(spec)

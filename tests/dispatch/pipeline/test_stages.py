@@ -240,8 +240,18 @@ def test_the_same_call_in_another_session_is_another_call(harness: Harness) -> N
     harness.refund(1000)
     other = harness.refund(1000, session="s-2")
 
+    # Not a replay: judged anew, and held as a possible duplicate of the first refund.
+    assert not other.replayed
+    assert other.code == "CONFIRMATION_REQUIRED"
+    assert other.data["reason"]["kind"] == "possible_duplicate"
+    assert harness.ledger_rows == 1
+
+
+def test_the_same_read_in_another_session_is_another_call(harness: Harness) -> None:
+    harness.call("get_order", {"order_id": "ORD-1001"})
+    other = harness.call("get_order", {"order_id": "ORD-1001"}, session="s-2")
+
     assert other.ok and not other.replayed
-    assert harness.ledger_rows == 2
 
 
 def test_it_detects_a_loop_past_the_repeat_limit(harness: Harness) -> None:

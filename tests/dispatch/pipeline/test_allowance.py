@@ -1,0 +1,166 @@
+"""Stage 7 judges the money, not the call: what was moved without a human counts with each call."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from dispatch.pipeline.allowance import (
+    AllowanceHistory,
+    AllowanceRequest,
+    Movement,
+    allowance_judge,
+)
+from tests.dispatch.pipeline.conftest import Harness, default_policy
+
+
+def refund(
+    harness: Harness, order_id: str, amount_cents: int, currency: str = "BRL", **extra: object
+) -> str:
+    result = harness.refund(
+        amount_cents, arguments={"order_id": order_id, "currency": currency}, **extra
+    )
+    return result.code
+
+
+def executed_by_policy(harness: Harness) -> int:
+    return sum(movement.amount_cents for _, _, movement in harness.state.movements.values())
+
+
+def test_a_split_refund_is_held_once_the_sum_reaches_the_auto_approve_amount(
+    harness: Harness,
+) -> None:
+    large = refund(harness, "ORD-2003", 40_000)
+    small = [refund(harness, "ORD-2003", 4_990 + n) for n in range(9)]
+
+    assert large == "CONFIRMATION_REQUIRED"
+    assert small == ["OK"] + ["CONFIRMATION_REQUIRED"] * 8
+    assert harness.refunded_cents("ORD-2003") == 4_990 < 5_000
+    assert executed_by_policy(harness) == 4_990
+
+
+def test_the_hold_names_the_earlier_refunds_and_their_sum(harness: Harness) -> None:
+    refund(harness, "ORD-1001", 3_000)
+
+    held = harness.refund(2_500, arguments={"order_id": "ORD-2003"})
+
+    reason = held.data["reason"]
+    assert reason["kind"] == "window_sum"
+    assert reason["data"]["earlier_cents"] == 3_000
+    assert reason["data"]["sum_cents"] == 5_500
+    assert [earlier["subject"] for earlier in reason["data"]["earlier"]] == ["ORD-1001"]
+    assert "3000 BRL was already moved without a human" in held.message
+
+
+def test_other_agents_and_sessions_count_for_the_same_customer(harness: Harness) -> None:
+    refund(harness, "ORD-1001", 3_000, agent="agent-1", session="s-1")
+
+    other = refund(harness, "ORD-2003", 2_500, agent="agent-2", session="s-9")
+
+    assert other == "CONFIRMATION_REQUIRED"
+    assert harness.refunded_cents("ORD-2003") == 0
+
+
+def test_another_customer_or_currency_has_its_own_sum(harness: Harness) -> None:
+    refund(harness, "ORD-1001", 4_000)
+
+    usd = refund(harness, "ORD-2004", 4_000, currency="USD")
+    other_customer = refund(harness, "ORD-2005", 4_000, customer="CUS-3", session="s-3")
+
+    assert (usd, other_customer) == ("OK", "OK")
+
+
+def test_money_moved_before_the_window_no_longer_counts(harness: Harness) -> None:
+    refund(harness, "ORD-1001", 4_000)
+    harness.clock.now += timedelta(hours=24, seconds=1)
+
+    later = refund(harness, "ORD-2003", 4_000)
+
+    assert later == "OK"
+    assert harness.refunded_cents("ORD-2003") == 4_000
+
+
+def test_the_sum_decides_when_two_reviewers_are_needed(harness: Harness) -> None:
+    policy = default_policy(two_reviewers_from_cents=6_000)
+    refund(harness, "ORD-1001", 4_000, policy=policy)
+
+    held = harness.refund(2_500, arguments={"order_id": "ORD-2003"}, policy=policy)
+
+    assert held.data["reviewers_required"] == 2
+
+
+def test_past_the_agents_daily_cap_every_refund_is_held(harness: Harness) -> None:
+    policy = default_policy(daily_cap_cents=6_000)
+    first = refund(harness, "ORD-1001", 4_000, policy=policy)
+
+    second = harness.refund(
+        3_000, arguments={"order_id": "ORD-2005"}, customer="CUS-3", session="s-3", policy=policy
+    )
+
+    assert first == "OK"
+    assert second.code == "CONFIRMATION_REQUIRED"
+    assert second.data["reason"]["kind"] == "agent_daily_cap"
+    assert harness.refunded_cents("ORD-2005") == 0
+
+
+def test_the_daily_cap_starts_again_on_the_next_utc_day(harness: Harness) -> None:
+    policy = default_policy(daily_cap_cents=6_000, auto_approve_window_seconds=3600)
+    refund(harness, "ORD-1001", 4_000, policy=policy)
+    harness.clock.now += timedelta(days=1)
+
+    next_day = refund(harness, "ORD-2005", 3_000, customer="CUS-3", session="s-3", policy=policy)
+
+    assert next_day == "OK"
+
+
+def test_a_refund_that_repeats_an_executed_one_from_another_session_is_held(
+    harness: Harness,
+) -> None:
+    refund(harness, "ORD-1001", 1_000, session="s-1")
+
+    again = harness.refund(
+        1_000, arguments={"reason": "customer_request"}, session="s-2", agent="agent-2"
+    )
+
+    assert again.code == "CONFIRMATION_REQUIRED"
+    assert again.data["reason"]["kind"] == "possible_duplicate"
+    assert again.data["reason"]["data"]["earlier"][0]["session_id"] == "s-1"
+    assert "ORD-1001" in again.message
+    assert harness.refunded_cents() == 1_000
+
+
+def test_a_refund_the_gateway_refuses_frees_what_it_reserved(harness: Harness) -> None:
+    harness.book.faults.fail_before_commit = 3
+
+    failed = refund(harness, "ORD-1001", 4_000)
+    after = refund(harness, "ORD-2003", 4_000)
+
+    assert failed == "UPSTREAM_UNAVAILABLE"
+    assert after == "OK"
+    assert executed_by_policy(harness) == 4_000
+
+
+def test_a_refund_whose_outcome_is_unknown_keeps_its_reservation(harness: Harness) -> None:
+    harness.book.faults.lose_response_after_commit = 3
+
+    unknown = refund(harness, "ORD-1001", 4_000)
+    after = refund(harness, "ORD-2003", 2_000)
+
+    assert unknown == "UPSTREAM_UNAVAILABLE"
+    assert after == "CONFIRMATION_REQUIRED"
+
+
+def test_the_judge_lets_through_what_stays_below_every_limit() -> None:
+    policy = default_policy(daily_cap_cents=10_000)
+    now = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    request = AllowanceRequest(
+        "k", "agent-1", "s-1", "CUS-1", "refund_order", "ORD-1", "BRL", 1_000, now, now
+    )
+    earlier = Movement("k0", "agent-1", "s-1", "refund_order", "ORD-2", 3_999, now, "policy")
+
+    below = allowance_judge(policy, request, AllowanceHistory((earlier,), 3_999, ()))
+    at_the_line = allowance_judge(
+        policy, request._replace(amount_cents=1_001), AllowanceHistory((earlier,), 3_999, ())
+    )
+
+    assert below is None
+    assert at_the_line is not None and at_the_line.kind == "window_sum"
