@@ -3,7 +3,8 @@
 
 DRF's exception handler covers all that happens in an API view, authentication and throttling
 included; Django's error handlers (named in toolgate/urls.py) cover what happens around the views
-under the same prefix, and keep their HTML pages everywhere else.
+under the same prefix, and keep their HTML pages everywhere else. Refusals worth watching are
+recorded here too, as they are answered (dispatch.security).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
+
+from dispatch.security import RECORDED_STATUSES, security_event_record
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +122,13 @@ def _unexpected(request: HttpRequest | Request, exc: BaseException) -> dict[str,
     )
 
 
+def _record_refusal(
+    request: HttpRequest | Request, status_code: int, code: str, message: str
+) -> None:
+    if status_code in RECORDED_STATUSES:
+        security_event_record(request=request, status=status_code, reason=code, detail=message)
+
+
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     response = exception_handler(exc, context)
     request = context.get("request")
@@ -126,11 +136,12 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         code = _CODES_BY_STATUS.get(response.status_code, "error")
         if isinstance(exc, APIException):
             code = getattr(exc.detail, "code", None) or exc.default_code
+        message = _flatten(response.data.get("detail", response.data))
         response.data = error_body(
-            status_code=response.status_code,
-            code=str(code),
-            message=_flatten(response.data.get("detail", response.data)),
+            status_code=response.status_code, code=str(code), message=message
         )
+        if request is not None and is_api_request(request):
+            _record_refusal(request, response.status_code, str(code), message)
         return response
     if request is None or not is_api_request(request):
         return None
@@ -151,6 +162,7 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
         code, message = "host_not_allowed", "This server does not answer to that Host."
     else:
         code, message = "bad_request", "The request is malformed."
+    _record_refusal(request, 400, code, message)
     return JsonResponse(error_body(status_code=400, code=code, message=message), status=400)
 
 

@@ -19,7 +19,7 @@ from django.db import connection
 from django.test import Client
 from pytest_django.live_server_helper import LiveServer
 
-from dispatch.models import AuditRecord
+from dispatch.models import AuditRecord, SecurityEvent
 from tests.conftest import AgentClient, ClientFor, Ledger, MakeAgent
 
 ENVELOPE = json.dumps(
@@ -208,6 +208,8 @@ def test_a_host_the_server_does_not_serve_is_a_400_in_the_envelope(
     error = error_of(response, 400)
     assert error["code"] == "host_not_allowed"
     assert "evil.example" not in error["message"]
+    event = SecurityEvent.objects.get()
+    assert (event.status, event.reason, event.path) == (400, "host_not_allowed", "/api/v1/codes")
 
 
 def test_pages_outside_the_api_keep_their_html_errors(live_server: LiveServer) -> None:

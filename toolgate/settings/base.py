@@ -170,3 +170,16 @@ LOGGING = {
 # The refund gateway's fault switch (orders.models.GatewayFault) costs a query per check, so
 # only environments that demonstrate failures read it.
 TOOLGATE_GATEWAY_FAULTS = env.bool("TOOLGATE_GATEWAY_FAULTS", default=True)
+
+# How many reverse proxies in front of the app append to X-Forwarded-For (the nginx of the
+# production set-up is one). 0: the client's address is the socket's. toolgate.client_address
+# reads it; never set it above the number of proxies that really append, or clients choose
+# the address they are recorded under.
+TOOLGATE_TRUSTED_PROXY_COUNT = env.int("TOOLGATE_TRUSTED_PROXY_COUNT", default=0)
+
+# Refused requests of the agent API are kept this many days, and at most this many rows
+# (dispatch.security prunes on write and with `manage.py prune_security_events`).
+TOOLGATE_SECURITY_EVENTS_RETENTION_DAYS = env.int(
+    "TOOLGATE_SECURITY_EVENTS_RETENTION_DAYS", default=30
+)
+TOOLGATE_SECURITY_EVENTS_MAX_ROWS = env.int("TOOLGATE_SECURITY_EVENTS_MAX_ROWS", default=100_000)
