@@ -147,8 +147,8 @@ class CallCreateApi(AgentApi):
 
     @staticmethod
     def _require_json(request: Request) -> None:
-        # A browser sends text/plain to another origin without asking first (no CORS preflight),
-        # so a page an operator visits must not be able to make calls with a token it holds.
+        # A body is read as what its type says, or refused: what a proxy, a filter or a log in
+        # front reads as text or a form must not execute as a call. JSON is UTF-8 (RFC 8259).
         sent = request.META.get("CONTENT_TYPE", "")
         media_type, parameters = parse_header_parameters(sent)
         charset = parameters.get("charset", "utf-8").lower()
@@ -196,6 +196,7 @@ class NotFoundApi(JsonApi):
     permission_classes = [AllowAny]
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
         raise NotFound("The agent API has no such endpoint; GET /api/schema/ lists them.")
 
 

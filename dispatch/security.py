@@ -17,7 +17,7 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Max, Q
 from django.http import HttpRequest
 from django.utils import timezone
@@ -70,6 +70,17 @@ def security_event_record(
                 reason=_clip(reason, _REASON),
                 detail=_clip(detail, _DETAIL),
             )
+    except (OperationalError, InterfaceError) as exc:
+        # The database is away: one line, not a traceback per refused request.
+        logger.warning(
+            "Could not record the security event %s %s for %s %s: %s",
+            status,
+            reason,
+            http_request.method,
+            http_request.path[:_PATH],
+            str(exc).strip()[:200],
+        )
+        return None
     except Exception:
         logger.exception(
             "Could not record the security event %s %s for %s %s",

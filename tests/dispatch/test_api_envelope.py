@@ -120,7 +120,6 @@ def test_a_malformed_envelope_is_a_400_and_reaches_nothing(
 def test_a_well_formed_envelope_in_another_media_type_is_a_415_and_moves_no_money(
     api: AgentClient, ledger: Ledger, content_type: str | None, shown: str
 ) -> None:
-    # A browser may send text/plain across origins without asking first (no CORS preflight).
     response = api.post_body(envelope_with(), headers={"Content-Type": content_type})  # type: ignore[dict-item]
 
     error = error_of(response, 415)
