@@ -62,6 +62,7 @@ DEMO_USERS = (
             "dispatch.view_policy",
             "dispatch.view_session",
             "dispatch.view_auditrecord",
+            "dispatch.view_securityevent",
             "orders.view_order",
             "orders.view_refund",
         ),

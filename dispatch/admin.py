@@ -17,7 +17,14 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
-from dispatch.models import Agent, AuditRecord, IdempotencyRecord, Policy, Session
+from dispatch.models import (
+    Agent,
+    AuditRecord,
+    IdempotencyRecord,
+    Policy,
+    SecurityEvent,
+    Session,
+)
 from dispatch.registry import tool_registry
 from dispatch.services import policy_create
 
@@ -307,5 +314,18 @@ class AuditRecordAdmin(ReadOnlyAdmin):
     list_filter = ("ok", "code", "tool", "replayed", "agent")
     list_select_related = ("agent",)
     search_fields = ("session_id", "call_id", "customer_id", "confirmation_id")
+    date_hierarchy = "at"
+    ordering = ("-at", "-id")
+
+
+@admin.register(SecurityEvent)
+class SecurityEventAdmin(ReadOnlyAdmin):
+    """Refused requests of the agent API: a burst from one address, or of one reason, stands out
+    when filtered."""
+
+    list_display = ("at", "status", "reason", "agent", "client_address", "method", "path", "detail")
+    list_filter = ("status", "reason", "agent")
+    list_select_related = ("agent",)
+    search_fields = ("client_address", "path", "detail")
     date_hierarchy = "at"
     ordering = ("-at", "-id")

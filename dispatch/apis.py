@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.utils.http import parse_header_parameters
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from pydantic import ValidationError
 from rest_framework.exceptions import NotFound
 from rest_framework.exceptions import ValidationError as DRFValidationError
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
+from rest_framework.permissions import AllowAny
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -27,7 +32,12 @@ from dispatch.envelopes import (
     SessionCallsDoc,
     ToolListDoc,
 )
-from dispatch.errors import MalformedEnvelope, PayloadTooLarge, SessionBoundElsewhere
+from dispatch.errors import (
+    MalformedEnvelope,
+    PayloadTooLarge,
+    SessionBoundElsewhere,
+    UnsupportedBody,
+)
 from dispatch.formats import FORMATS, tools_in_format
 from dispatch.models import Agent, AuditRecord
 from dispatch.pipeline import strictjson
@@ -39,11 +49,28 @@ from dispatch.services import call_dispatch
 ERRORS = {
     401: OpenApiResponse(ErrorEnvelope, description="missing or invalid token"),
     403: OpenApiResponse(ErrorEnvelope, description="not an agent token"),
-    429: OpenApiResponse(ErrorEnvelope, description="throttled"),
+    429: OpenApiResponse(ErrorEnvelope, description="throttled; retryable"),
+    500: OpenApiResponse(ErrorEnvelope, description="unexpected error; `error_id` is in the log"),
+    503: OpenApiResponse(ErrorEnvelope, description="the database is unavailable; retryable"),
 }
 
 
-class AgentApi(APIView):
+class JsonOnly(DefaultContentNegotiation):
+    """JSON whatever the Accept header asks for: an agent host reads nothing else."""
+
+    def select_renderer(
+        self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        renderer = next(iter(renderers))
+        return renderer, renderer.media_type
+
+
+class JsonApi(APIView):
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = JsonOnly
+
+
+class AgentApi(JsonApi):
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsAgent]
     throttle_classes = [AgentRateThrottle]
@@ -70,6 +97,7 @@ class CallCreateApi(AgentApi):
             400: OpenApiResponse(ErrorEnvelope, description="malformed envelope"),
             409: OpenApiResponse(ErrorEnvelope, description="session bound to another customer"),
             413: OpenApiResponse(ErrorEnvelope, description="body over the size limit"),
+            415: OpenApiResponse(ErrorEnvelope, description="body not sent as application/json"),
             **ERRORS,
         },
     )
@@ -88,6 +116,7 @@ class CallCreateApi(AgentApi):
         return Response(result.as_dict())
 
     def _envelope(self, request: Request) -> CallEnvelope:
+        self._require_json(request)
         limit = settings.TOOLGATE_MAX_BODY_BYTES
         try:
             declared = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -115,6 +144,18 @@ class CallCreateApi(AgentApi):
             return CallEnvelope.model_validate(document, strict=True)
         except ValidationError as exc:
             raise MalformedEnvelope(describe_validation_error(CallEnvelope, exc)) from None
+
+    @staticmethod
+    def _require_json(request: Request) -> None:
+        # A body is read as what its type says, or refused: what a proxy, a filter or a log in
+        # front reads as text or a form must not execute as a call. JSON is UTF-8 (RFC 8259).
+        sent = request.META.get("CONTENT_TYPE", "")
+        media_type, parameters = parse_header_parameters(sent)
+        charset = parameters.get("charset", "utf-8").lower()
+        if media_type == "application/json" and charset == "utf-8":
+            return
+        shown = repr(sent[:64]) if sent else "no Content-Type"
+        raise UnsupportedBody(f"The body must be sent as application/json (UTF-8), not {shown}.")
 
 
 class ToolListApi(AgentApi):
@@ -146,6 +187,17 @@ class CodeListApi(AgentApi):
     )
     def get(self, request: Request) -> Response:
         return Response({"codes": [code.as_dict() for code in tool_registry.catalogue]})
+
+
+class NotFoundApi(JsonApi):
+    """Any path under the prefix that names no endpoint."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        raise NotFound("The agent API has no such endpoint; GET /api/schema/ lists them.")
 
 
 class SessionCallsPagination(LimitOffsetPagination):

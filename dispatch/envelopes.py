@@ -53,10 +53,14 @@ class ErrorBody(BaseModel):
     status: int
     code: str
     message: str
+    retryable: bool = Field(description="whether sending the same request again can help")
+    error_id: str | None = Field(
+        default=None, description="on a 500 only: the id under which the error is logged"
+    )
 
 
 class ErrorEnvelope(BaseModel):
-    """Every 4xx answer of the API."""
+    """Every answer of the API that is not a result: 4xx, and 500 or 503."""
 
     model_config = ConfigDict(title="Error")
 

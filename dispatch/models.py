@@ -258,3 +258,26 @@ class Movement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} {self.subject} {self.amount_cents} {self.currency} ({self.approval})"
+
+
+class SecurityEvent(models.Model):
+    """A request the agent API refused (400, 401, 403, 409, 413, 415, 429): who, from where, why.
+
+    Append-only (on PostgreSQL a trigger refuses UPDATE); old rows are pruned, so the table stays
+    bounded however many requests are refused (dispatch.security).
+    """
+
+    at = models.DateTimeField(db_index=True)
+    # Known once the token was; a refused token names no agent.
+    agent = models.ForeignKey(
+        Agent, on_delete=models.PROTECT, related_name="+", null=True, blank=True
+    )
+    client_address = models.GenericIPAddressField(null=True, blank=True)
+    method = models.CharField(max_length=16)
+    path = models.CharField(max_length=200)
+    status = models.PositiveSmallIntegerField()
+    reason = models.CharField(max_length=64, help_text="the error's code, as the client got it")
+    detail = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.reason} {self.method} {self.path}"

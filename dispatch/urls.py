@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from dispatch import apis
 
@@ -18,4 +18,6 @@ urlpatterns = [
         apis.ConfirmationDetailApi.as_view(),
         name="confirmation",
     ),
+    # Last: any other path under the prefix is a 404 in the envelope, in DEBUG too.
+    re_path(r"", apis.NotFoundApi.as_view(), name="not-found"),
 ]

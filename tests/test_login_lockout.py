@@ -1,7 +1,7 @@
 """Logins are throttled: repeated failures lock a user name and client address out for a while.
 
 Axes counts failures in the database (so every web process sees them); the client address comes
-from toolgate.client_address, which believes X-Forwarded-For only behind trusted proxies.
+from dispatch.client_address, which believes X-Forwarded-For only behind trusted proxies.
 """
 
 from __future__ import annotations

@@ -21,3 +21,7 @@ urlpatterns = [
     ),
     path("api/v1/", include("dispatch.urls")),
 ]
+
+# Under /api/v1/ failures answer in the API's JSON envelope; elsewhere, Django's pages.
+handler400 = "dispatch.errors.bad_request"
+handler500 = "dispatch.errors.server_error"

@@ -28,11 +28,14 @@ ENVELOPE = {
 def error_of(response: requests.Response, status: int) -> dict[str, Any]:
     """The error body, once its status and its exact shape are checked."""
     assert response.status_code == status, response.text
+    assert response.headers["Content-Type"] == "application/json"
     body = response.json()
     assert set(body) == {"error"}
-    assert set(body["error"]) == {"status", "code", "message"}
+    assert set(body["error"]) == {"status", "code", "message", "retryable"}
     assert body["error"]["status"] == status
     assert body["error"]["message"]
+    # Sending the same request again can help only once the rate allows it again.
+    assert body["error"]["retryable"] is (status == 429)
     error: dict[str, Any] = body["error"]
     return error
 
@@ -97,10 +100,42 @@ def test_a_malformed_envelope_is_a_400_and_reaches_nothing(
     assert_nothing_recorded(ledger)
 
 
-def test_a_well_formed_envelope_is_accepted_whatever_its_content_type_says(
-    api: AgentClient, ledger: Ledger
+# 415 -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content_type", "shown"),
+    [
+        ("text/plain", "text/plain"),
+        ("text/plain; charset=utf-8", "text/plain"),
+        ("application/x-www-form-urlencoded", "application/x-www-form-urlencoded"),
+        ("multipart/form-data; boundary=x", "multipart/form-data"),
+        ("application/jsonx", "application/jsonx"),
+        ("application/json; charset=latin-1", "application/json; charset=latin-1"),
+        # Django's development server, which the live server is, calls a missing one text/plain.
+        (None, "not "),
+    ],
+    ids=["text", "text in UTF-8", "a form", "multipart", "a lookalike", "JSON in Latin-1", "none"],
+)
+def test_a_well_formed_envelope_in_another_media_type_is_a_415_and_moves_no_money(
+    api: AgentClient, ledger: Ledger, content_type: str | None, shown: str
 ) -> None:
-    response = api.post_body(envelope_with(), headers={"Content-Type": "text/plain"})
+    response = api.post_body(envelope_with(), headers={"Content-Type": content_type})  # type: ignore[dict-item]
+
+    error = error_of(response, 415)
+    assert error["code"] == "unsupported_media_type"
+    assert shown in error["message"]
+    assert "application/json" in error["message"]
+    assert_nothing_recorded(ledger)
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/json", "application/json; charset=utf-8", "Application/JSON"]
+)
+def test_json_with_or_without_its_charset_is_accepted(
+    api: AgentClient, ledger: Ledger, content_type: str
+) -> None:
+    response = api.post_body(envelope_with(), headers={"Content-Type": content_type})
 
     assert response.status_code == 200
     assert response.json()["ok"] is True

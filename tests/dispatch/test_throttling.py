@@ -130,6 +130,7 @@ def test_a_rate_limiter_out_of_reach_is_a_503_in_the_error_shape_and_runs_nothin
             "status": 503,
             "code": "rate_limiter_unavailable",
             "message": "The rate limiter cannot be reached; send the request again in a moment.",
+            "retryable": True,
         }
     }
     assert response.headers["Retry-After"] == "1"

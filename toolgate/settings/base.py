@@ -101,10 +101,11 @@ AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_COOLOFF_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_CLIENT_IP_CALLABLE = "toolgate.client_address.client_address"
+AXES_CLIENT_IP_CALLABLE = "dispatch.client_address.client_address"
 AXES_LOCKOUT_CALLABLE = "toolgate.views.login_locked_out"
 # How many proxies in front of the app append to X-Forwarded-For (nginx: 1). 0 trusts no header:
-# the client's address is the socket's (toolgate/client_address.py).
+# the client's address is the socket's (dispatch/client_address.py). Never set it above the
+# number of proxies that really append, or clients choose the address they are recorded under.
 TOOLGATE_TRUSTED_PROXY_COUNT = env.int("TOOLGATE_TRUSTED_PROXY_COUNT", default=0)
 
 LOGIN_URL = "/accounts/login/"
@@ -199,3 +200,10 @@ TOOLGATE_GATEWAY_FAULTS = env.bool("TOOLGATE_GATEWAY_FAULTS", default=True)
 
 # Connections each process keeps for reserving money moved without a human (PostgreSQL only).
 TOOLGATE_RESERVATION_CONNECTIONS = env.int("TOOLGATE_RESERVATION_CONNECTIONS", default=4)
+
+# Refused requests of the agent API are kept this many days, and at most this many rows
+# (dispatch.security prunes on write and with `manage.py prune_security_events`).
+TOOLGATE_SECURITY_EVENTS_RETENTION_DAYS = env.int(
+    "TOOLGATE_SECURITY_EVENTS_RETENTION_DAYS", default=30
+)
+TOOLGATE_SECURITY_EVENTS_MAX_ROWS = env.int("TOOLGATE_SECURITY_EVENTS_MAX_ROWS", default=100_000)

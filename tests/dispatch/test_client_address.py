@@ -5,7 +5,7 @@ from django.http import HttpRequest
 from django.test import RequestFactory
 from pytest_django.fixtures import Settings
 
-from toolgate.client_address import client_address
+from dispatch.client_address import client_address
 
 
 def request_from(peer: str, forwarded: str | None = None) -> HttpRequest:

@@ -1,0 +1,126 @@
+"""Refused requests of the agent API, recorded as security events, and their table kept bounded.
+
+dispatch.errors, which answers every refusal, records those worth watching: a burst of 401s is
+credential stuffing, a run of 409s a host switching customers under one session. Recording never
+changes the answer: if the write fails, the failure is logged and the refusal goes out as it was.
+
+The table is bounded two ways: rows older than TOOLGATE_SECURITY_EVENTS_RETENTION_DAYS go, and
+so do all but the newest TOOLGATE_SECURITY_EVENTS_MAX_ROWS. Every PRUNE_EVERY-th write prunes one
+batch, so a flood of refusals cannot grow it past the cap by more than PRUNE_EVERY rows;
+`manage.py prune_security_events` prunes all that is due (for cron, or after lowering a setting).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, transaction
+from django.db.models import Max, Q
+from django.http import HttpRequest
+from django.utils import timezone
+from rest_framework.request import Request
+
+from dispatch.client_address import client_address
+from dispatch.models import Agent, SecurityEvent
+
+logger = logging.getLogger(__name__)
+
+RECORDED_STATUSES = frozenset({400, 401, 403, 409, 413, 415, 429})
+
+PRUNE_EVERY = 100
+# Larger than PRUNE_EVERY, so that pruning on write catches up after the cap is lowered.
+PRUNE_BATCH = 1000
+
+_PATH = SecurityEvent._meta.get_field("path").max_length or 200
+_DETAIL = SecurityEvent._meta.get_field("detail").max_length or 200
+_REASON = SecurityEvent._meta.get_field("reason").max_length or 64
+_METHOD = SecurityEvent._meta.get_field("method").max_length or 16
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _agent_of(request: HttpRequest | Request) -> Agent | None:
+    # Only DRF's request knows the agent; every refusal recorded from it came after
+    # authentication was tried, so asking does not authenticate again.
+    if isinstance(request, Request) and isinstance(request.user, Agent):
+        return request.user
+    return None
+
+
+def security_event_record(
+    *, request: HttpRequest | Request, status: int, reason: str, detail: str
+) -> SecurityEvent | None:
+    """Record a refusal; None (and a log line) if it could not be written."""
+    http_request = request._request if isinstance(request, Request) else request
+    try:
+        # A savepoint: a failed write must not break a transaction the request may be in.
+        with transaction.atomic():
+            event = SecurityEvent.objects.create(
+                at=timezone.now(),
+                agent=_agent_of(request),
+                client_address=client_address(http_request) or None,
+                method=_clip(str(http_request.method), _METHOD),
+                path=_clip(http_request.path, _PATH),
+                status=status,
+                reason=_clip(reason, _REASON),
+                detail=_clip(detail, _DETAIL),
+            )
+    except (OperationalError, InterfaceError) as exc:
+        # The database is away: one line, not a traceback per refused request.
+        logger.warning(
+            "Could not record the security event %s %s for %s %s: %s",
+            status,
+            reason,
+            http_request.method,
+            http_request.path[:_PATH],
+            str(exc).strip()[:200],
+        )
+        return None
+    except Exception:
+        logger.exception(
+            "Could not record the security event %s %s for %s %s",
+            status,
+            reason,
+            http_request.method,
+            http_request.path[:_PATH],
+        )
+        return None
+    if event.pk % PRUNE_EVERY == 0:
+        try:
+            security_events_prune(newest=event.pk, batches=1)
+        except Exception:
+            logger.exception("Could not prune security events")
+    return event
+
+
+def security_events_prune(
+    *, now: datetime | None = None, newest: int | None = None, batches: int | None = None
+) -> int:
+    """Delete the events past the retention or beyond the newest rows kept, oldest first, in
+    batches of PRUNE_BATCH (all that are due when `batches` is None); returns how many."""
+    cutoff = (now or timezone.now()) - timedelta(
+        days=settings.TOOLGATE_SECURITY_EVENTS_RETENTION_DAYS
+    )
+    if newest is None:
+        newest = SecurityEvent.objects.aggregate(newest=Max("pk"))["newest"]
+        if newest is None:
+            return 0
+    # Ids only grow, so the rows past the cap are the ids below the newest's minus the cap.
+    due = Q(at__lt=cutoff) | Q(pk__lte=newest - settings.TOOLGATE_SECURITY_EVENTS_MAX_ROWS)
+    deleted = 0
+    for _ in range(batches) if batches is not None else itertools.count():
+        ids = list(
+            SecurityEvent.objects.filter(due)
+            .order_by("pk")
+            .values_list("pk", flat=True)[:PRUNE_BATCH]
+        )
+        if ids:
+            deleted += SecurityEvent.objects.filter(pk__in=ids).delete()[0]
+        if len(ids) < PRUNE_BATCH:
+            break
+    return deleted
