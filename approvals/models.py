@@ -1,1 +1,108 @@
-"""What humans do with held calls lives here; the held call itself is dispatch.Confirmation."""
+"""What humans do with held calls: their votes, the event log of each confirmation, and what a
+reviewer may decide. The held call itself is dispatch.Confirmation."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from dispatch.models import Confirmation
+
+
+class ReviewerLimit(models.Model):
+    """The largest amount a reviewer's approval decides alone, in one currency (set by an admin).
+
+    A reviewer with no limit for a currency has no cap in it. Above the limit their approval is a
+    vote: the confirmation executes once a reviewer whose limit covers the amount approved too.
+    """
+
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="approval_limits"
+    )
+    currency = models.CharField(max_length=16)
+    max_amount_cents = models.PositiveBigIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["reviewer", "currency"], name="reviewer_limit_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer} up to {self.max_amount_cents} {self.currency}"
+
+
+class ReviewerToken(models.Model):
+    """A person's own API token (one per user); its hash only. Their groups decide what it opens."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_token"
+    )
+    token_prefix = models.CharField(max_length=12)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.token_prefix}…)"
+
+
+class Vote(models.Model):
+    """One reviewer's approval of one confirmation."""
+
+    confirmation = models.ForeignKey(Confirmation, on_delete=models.PROTECT, related_name="votes")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="votes"
+    )
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["confirmation", "reviewer"], name="vote_once_per_reviewer"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer} approved {self.confirmation_id}"
+
+
+class EventKind(models.TextChoices):
+    VOTED = "voted"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    INVALIDATED = "invalidated"
+    EXECUTING = "executing"
+    EXECUTED = "executed"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    RECONCILED = "reconciled"
+
+
+class ConfirmationEvent(models.Model):
+    """The append-only log of one confirmation: who (a reviewer, or the worker), when, what."""
+
+    confirmation = models.ForeignKey(
+        Confirmation, on_delete=models.PROTECT, related_name="events"
+    )
+    at = models.DateTimeField()
+    kind = models.CharField(max_length=16, choices=EventKind.choices)
+    # The reviewer who acted; none for the worker or the expiry.
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="confirmation_events",
+    )
+    # "worker", "expiry", or the reviewer's user name as it was then.
+    actor_label = models.CharField(max_length=150)
+    message = models.TextField(blank=True, default="")
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["confirmation", "at"], name="event_confirmation_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.confirmation_id} {self.kind} by {self.actor_label}"

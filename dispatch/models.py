@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
@@ -182,12 +184,32 @@ class AuditRecord(models.Model):
 
 
 class ConfirmationStatus(models.TextChoices):
+    """pending → approved → executing → executed | failed | unknown;
+    pending → rejected | expired | invalidated."""
+
     PENDING = "pending"
     APPROVED = "approved"
+    EXECUTING = "executing"
+    EXECUTED = "executed"
+    # The execution was refused or failed for certain: nothing moved.
+    FAILED = "failed"
+    # The execution may have happened: a reviewer reconciles it with the system of record.
+    UNKNOWN = "unknown"
     REJECTED = "rejected"
     EXPIRED = "expired"
-    EXECUTED = "executed"
-    FAILED = "failed"
+    # The re-check at approval found that the call no longer passes; nothing executed.
+    INVALIDATED = "invalidated"
+
+
+CONFIRMATION_FINAL = frozenset(
+    {
+        ConfirmationStatus.EXECUTED,
+        ConfirmationStatus.FAILED,
+        ConfirmationStatus.REJECTED,
+        ConfirmationStatus.EXPIRED,
+        ConfirmationStatus.INVALIDATED,
+    }
+)
 
 
 class Confirmation(models.Model):
@@ -210,9 +232,16 @@ class Confirmation(models.Model):
     result = models.JSONField(null=True, blank=True)
     # Why the policy held it: kind, message and data (the earlier refunds and their sum).
     hold_reason = models.JSONField(null=True, blank=True)
+    # Why it was rejected (the reviewer's words) or invalidated (the re-check's code and message).
+    decision_reason = models.TextField(blank=True, default="")
+    decision_code = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField()
+    # When it was approved, rejected, expired or invalidated.
     decided_at = models.DateTimeField(null=True, blank=True)
+    # When a worker claimed it for execution, and when the execution ended.
+    executing_since = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at"]
@@ -220,6 +249,11 @@ class Confirmation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} {self.id} ({self.status})"
+
+    @property
+    def execution_key(self) -> str:
+        """The key its execution passes to the system of record: one per confirmation."""
+        return hashlib.sha256(f"confirmation:{self.id}".encode()).hexdigest()
 
 
 class MovementApproval(models.TextChoices):
