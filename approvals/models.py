@@ -82,9 +82,7 @@ class EventKind(models.TextChoices):
 class ConfirmationEvent(models.Model):
     """The append-only log of one confirmation: who (a reviewer, or the worker), when, what."""
 
-    confirmation = models.ForeignKey(
-        Confirmation, on_delete=models.PROTECT, related_name="events"
-    )
+    confirmation = models.ForeignKey(Confirmation, on_delete=models.PROTECT, related_name="events")
     at = models.DateTimeField()
     kind = models.CharField(max_length=16, choices=EventKind.choices)
     # The reviewer who acted; none for the worker or the expiry.

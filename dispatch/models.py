@@ -232,6 +232,9 @@ class Confirmation(models.Model):
     result = models.JSONField(null=True, blank=True)
     # Why the policy held it: kind, message and data (the earlier refunds and their sum).
     hold_reason = models.JSONField(null=True, blank=True)
+    # What the agent host sent with the call for the reviewer (the envelope's `context`): the
+    # customer's own words or the agent's summary. Shown escaped, never interpreted.
+    host_context = models.TextField(blank=True, default="")
     # Why it was rejected (the reviewer's words) or invalidated (the re-check's code and message).
     decision_reason = models.TextField(blank=True, default="")
     decision_code = models.CharField(max_length=64, blank=True, default="")

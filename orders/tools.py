@@ -145,6 +145,12 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             return _refused(RefundRefused(RefundRefused.EXCEEDS_REFUNDABLE, order), arguments)
         return None
 
+    def refund_review_context(
+        arguments: RefundOrderArguments, customer_id: str
+    ) -> Mapping[str, Any] | None:
+        order = book.find(customer_id=customer_id, order_id=arguments.order_id)
+        return None if order is None else {"customer_id": customer_id, **order_as_data(order)}
+
     def refund_order(
         arguments: RefundOrderArguments, context: ExecutionContext
     ) -> Mapping[str, Any]:
@@ -196,5 +202,6 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             subject_field="order_id",
             codes=(ORDER_NOT_FOUND, CURRENCY_MISMATCH, AMOUNT_EXCEEDS_REFUNDABLE),
             lookup=_the_order,
+            review_context=refund_review_context,
         ),
     )

@@ -6,66 +6,156 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('approvals', '0002_confirmation_moves_to_dispatch'),
-        ('dispatch', '0007_confirmation_lifecycle'),
+        ("approvals", "0002_confirmation_moves_to_dispatch"),
+        ("dispatch", "0007_confirmation_lifecycle"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ReviewerToken',
+            name="ReviewerToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('token_prefix', models.CharField(max_length=12)),
-                ('token_hash', models.CharField(max_length=64, unique=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('user', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='api_token', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("token_prefix", models.CharField(max_length=12)),
+                ("token_hash", models.CharField(max_length=64, unique=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "user",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_token",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='ConfirmationEvent',
+            name="ConfirmationEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField()),
-                ('kind', models.CharField(choices=[('voted', 'Voted'), ('approved', 'Approved'), ('rejected', 'Rejected'), ('expired', 'Expired'), ('invalidated', 'Invalidated'), ('executing', 'Executing'), ('executed', 'Executed'), ('failed', 'Failed'), ('unknown', 'Unknown'), ('reconciled', 'Reconciled')], max_length=16)),
-                ('actor_label', models.CharField(max_length=150)),
-                ('message', models.TextField(blank=True, default='')),
-                ('data', models.JSONField(blank=True, default=dict)),
-                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='confirmation_events', to=settings.AUTH_USER_MODEL)),
-                ('confirmation', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='events', to='dispatch.confirmation')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("at", models.DateTimeField()),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("voted", "Voted"),
+                            ("approved", "Approved"),
+                            ("rejected", "Rejected"),
+                            ("expired", "Expired"),
+                            ("invalidated", "Invalidated"),
+                            ("executing", "Executing"),
+                            ("executed", "Executed"),
+                            ("failed", "Failed"),
+                            ("unknown", "Unknown"),
+                            ("reconciled", "Reconciled"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("actor_label", models.CharField(max_length=150)),
+                ("message", models.TextField(blank=True, default="")),
+                ("data", models.JSONField(blank=True, default=dict)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="confirmation_events",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "confirmation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="events",
+                        to="dispatch.confirmation",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['at', 'id'],
-                'indexes': [models.Index(fields=['confirmation', 'at'], name='event_confirmation_idx')],
+                "ordering": ["at", "id"],
+                "indexes": [
+                    models.Index(fields=["confirmation", "at"], name="event_confirmation_idx")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='ReviewerLimit',
+            name="ReviewerLimit",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('currency', models.CharField(max_length=16)),
-                ('max_amount_cents', models.PositiveBigIntegerField()),
-                ('reviewer', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='approval_limits', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("currency", models.CharField(max_length=16)),
+                ("max_amount_cents", models.PositiveBigIntegerField()),
+                (
+                    "reviewer",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="approval_limits",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('reviewer', 'currency'), name='reviewer_limit_unique')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("reviewer", "currency"), name="reviewer_limit_unique"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Vote',
+            name="Vote",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField()),
-                ('confirmation', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='votes', to='dispatch.confirmation')),
-                ('reviewer', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='votes', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("at", models.DateTimeField()),
+                (
+                    "confirmation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="votes",
+                        to="dispatch.confirmation",
+                    ),
+                ),
+                (
+                    "reviewer",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="votes",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['at', 'id'],
-                'constraints': [models.UniqueConstraint(fields=('confirmation', 'reviewer'), name='vote_once_per_reviewer')],
+                "ordering": ["at", "id"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("confirmation", "reviewer"), name="vote_once_per_reviewer"
+                    )
+                ],
             },
         ),
     ]

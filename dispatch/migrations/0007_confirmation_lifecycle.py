@@ -4,35 +4,48 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('dispatch', '0006_security_events'),
+        ("dispatch", "0006_security_events"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='confirmation',
-            name='decision_code',
-            field=models.CharField(blank=True, default='', max_length=64),
+            model_name="confirmation",
+            name="decision_code",
+            field=models.CharField(blank=True, default="", max_length=64),
         ),
         migrations.AddField(
-            model_name='confirmation',
-            name='decision_reason',
-            field=models.TextField(blank=True, default=''),
+            model_name="confirmation",
+            name="decision_reason",
+            field=models.TextField(blank=True, default=""),
         ),
         migrations.AddField(
-            model_name='confirmation',
-            name='executing_since',
+            model_name="confirmation",
+            name="executing_since",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='confirmation',
-            name='finished_at',
+            model_name="confirmation",
+            name="finished_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name='confirmation',
-            name='status',
-            field=models.CharField(choices=[('pending', 'Pending'), ('approved', 'Approved'), ('executing', 'Executing'), ('executed', 'Executed'), ('failed', 'Failed'), ('unknown', 'Unknown'), ('rejected', 'Rejected'), ('expired', 'Expired'), ('invalidated', 'Invalidated')], default='pending', max_length=16),
+            model_name="confirmation",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("pending", "Pending"),
+                    ("approved", "Approved"),
+                    ("executing", "Executing"),
+                    ("executed", "Executed"),
+                    ("failed", "Failed"),
+                    ("unknown", "Unknown"),
+                    ("rejected", "Rejected"),
+                    ("expired", "Expired"),
+                    ("invalidated", "Invalidated"),
+                ],
+                default="pending",
+                max_length=16,
+            ),
         ),
     ]

@@ -85,6 +85,7 @@ Check = Callable[[Args, CheckContext], Rejection | None]
 Handler = Callable[[Args, ExecutionContext], Mapping[str, Any]]
 # The record a call reads first, from its arguments and its customer's id.
 LookupOf = Callable[[Args, str], Lookup]
+ReviewContext = Callable[[Args, str], Mapping[str, Any] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,9 @@ class ToolSpec(Generic[Args]):
     # The record the call reads first (its check's read, or else its handler's), which a store
     # may read with the call's opening and hand back in the context's read_ahead.
     lookup: LookupOf[Args] | None = None
+    # What a reviewer sees of the live state before deciding a held call (for a refund: the
+    # order's total, what is refunded and what remains), from its arguments and customer's id.
+    review_context: ReviewContext[Args] | None = None
 
     def __post_init__(self) -> None:
         for kind in ("amount_field", "currency_field", "subject_field"):
