@@ -142,5 +142,7 @@ def proxy_client(site_app: App, site_proxy: Proxy) -> Iterator[AgentClient]:
     """An agent host talking to nginx over TLS, trusting the certificate made for the site."""
     client = AgentClient(site_proxy.url, site_app.site.token)
     client.http.verify = str(site_proxy.certificate)
+    # Otherwise REQUESTS_CA_BUNDLE, where set, would be trusted instead of the certificate.
+    client.http.trust_env = False
     yield client
     client.http.close()
