@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -21,7 +22,15 @@ from django.conf import settings
 
 from tests.conftest import AgentClient
 from tests.deploy.conftest import App
-from tests.deploy.site import ROOT, SERVER_NAME, Proxy, Service, wait_until
+from tests.deploy.site import (
+    ROOT,
+    SERVER_NAME,
+    Proxy,
+    Service,
+    free_port,
+    nginx_start,
+    wait_until,
+)
 
 PAGES = [
     "/",
@@ -179,3 +188,29 @@ def test_the_worker_and_beat_run_on_the_production_settings(
 
     assert ping.returncode == 0, ping.stdout + ping.stderr
     assert "pong" in ping.stdout
+
+
+def test_while_gunicorn_is_down_the_api_answers_in_json(
+    site_app: App, site_proxy: Proxy, site_directory: Path
+) -> None:
+    # A second nginx with the same site, in front of a port where nothing listens.
+    directory = site_directory / "nginx-without-upstream"
+    directory.mkdir()
+    proxy = nginx_start(
+        directory=directory,
+        upstream_port=free_port(),
+        https_port=free_port(),
+        static_root=site_app.site.production.static_root,
+    )
+    client = AgentClient(proxy.url, site_app.site.token)
+    client.http.verify = str(proxy.certificate)
+    client.http.trust_env = False
+    try:
+        response = client.post_call("get_order", {"order_id": "ORD-1"})
+    finally:
+        client.http.close()
+        proxy.service.stop(signal.SIGTERM)
+
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "5"
+    assert response.json()["error"]["code"] == "service_unavailable"
