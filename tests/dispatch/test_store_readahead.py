@@ -127,7 +127,16 @@ def test_a_refunds_check_uses_the_order_read_ahead_and_its_answer_is_right(
     make_agent: MakeAgent, orders: dict[str, Order]
 ) -> None:
     agent, _ = make_agent()
-    Order.objects.filter(pk=orders["ORD-1001"].pk).update(refunded_cents=11_500)
+    # An earlier refund, with its ledger row: the database refuses refunded_cents without one.
+    OrmOrderBook().refund(
+        customer_id="CUS-1",
+        order_id="ORD-1001",
+        amount_cents=11_500,
+        currency="BRL",
+        reason="damaged",
+        key="earlier",
+        approved_by="policy",
+    )
     arguments = {
         "order_id": "ORD-1001",
         "amount_cents": 600,
