@@ -1,6 +1,9 @@
-"""One production site for the whole session, built step by step as docs/deploy.md gives it.
+"""One production site for this folder's tests, built step by step as docs/deploy.md gives it.
 
-Each fixture adds a step and needs what the step needs: `site_database` PostgreSQL, `site_app`
+It is taken down when they are done (package scope), so that its processes and their database
+connections are gone before the rest of the suite runs.
+
+Each fixture adds a step and needs what the step needs: `site` PostgreSQL, `site_app`
 Redis too (gunicorn is a dependency of the project), `site_proxy` nginx and openssl too. Without
 one, the tests that need it are skipped with the reason (failed under TOOLGATE_REQUIRE_SERVICES=1).
 """
@@ -62,7 +65,7 @@ class App:
         return client
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def site_directory() -> Iterator[Path]:
     directory = Path(tempfile.mkdtemp(prefix="toolgate-site-"))
     # nginx's workers (www-data when the tests run as root) read the static files and the
@@ -72,7 +75,7 @@ def site_directory() -> Iterator[Path]:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def site(site_directory: Path) -> Iterator[Site]:
     """Roles and database, migrate as the owner, db_roles, and an agent (steps 1 to 3)."""
     cluster = Cluster.from_environment()
@@ -99,7 +102,7 @@ def site(site_directory: Path) -> Iterator[Site]:
         database.drop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def site_app(site: Site) -> Iterator[App]:
     """collectstatic, then gunicorn on the production settings as the application role."""
     if importlib.util.find_spec("gunicorn") is None:
@@ -118,7 +121,7 @@ def site_app(site: Site) -> Iterator[App]:
         gunicorn.stop(signal.SIGINT)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def site_proxy(site_app: App, site_directory: Path) -> Iterator[Proxy]:
     """nginx in front, terminating TLS with a self-signed certificate made for the purpose."""
     if nginx_binary() is None:
