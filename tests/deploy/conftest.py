@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import signal
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -112,6 +113,8 @@ def site_app(site: Site) -> Iterator[App]:
     except redis.RedisError:
         unavailable(f"needs Redis at {REDIS_URL}: the production cache and broker")
     site.production.manage("collectstatic", "--noinput", role=site.database.app)
+    # Readable by nginx's workers whatever the umask, as docs/deploy.md asks of STATIC_ROOT.
+    subprocess.run(["chmod", "-R", "a+rX", str(site.production.static_root)], check=True)
     port = free_port()
     gunicorn = site.production.gunicorn(port=port, workers=WORKERS)
     try:
