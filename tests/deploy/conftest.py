@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 import redis
 
@@ -69,8 +70,7 @@ class App:
 @pytest.fixture(scope="package")
 def site_directory() -> Iterator[Path]:
     directory = Path(tempfile.mkdtemp(prefix="toolgate-site-"))
-    # nginx's workers (www-data when the tests run as root) read the static files and the
-    # certificate's directory is read by its master only.
+    # nginx's workers (www-data when the tests run as root) read the static files inside it.
     directory.chmod(0o755)
     yield directory
     shutil.rmtree(directory, ignore_errors=True)
@@ -78,12 +78,16 @@ def site_directory() -> Iterator[Path]:
 
 @pytest.fixture(scope="package")
 def site(site_directory: Path) -> Iterator[Site]:
-    """Roles and database, migrate as the owner, db_roles, and an agent (steps 1 to 3)."""
+    """Roles and database, migrate as the owner, db_roles (docs/deploy.md, steps 2 and 3), and
+    an agent (step 9)."""
     cluster = Cluster.from_environment()
     if cluster is None:
         unavailable("needs PostgreSQL: DATABASE_URL is not a postgres:// URL")
     database = SiteDatabase.for_cluster(cluster)
-    database.create()
+    try:
+        database.create()
+    except psycopg.errors.InsufficientPrivilege:
+        unavailable(f"needs a PostgreSQL role that creates roles and databases, not {cluster.user}")
     production = Production(database=database, directory=site_directory, https_port=free_port())
     try:
         production.manage("migrate", "--noinput", role=database.owner)
