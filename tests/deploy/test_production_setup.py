@@ -193,7 +193,8 @@ def test_the_worker_and_beat_run_on_the_production_settings(
 def test_while_gunicorn_is_down_the_api_answers_in_json(
     site_app: App, site_proxy: Proxy, site_directory: Path
 ) -> None:
-    # A second nginx with the same site, in front of a port where nothing listens.
+    # A second nginx with the same site (site_proxy: only where nginx is), in front of a port
+    # where nothing listens.
     directory = site_directory / "nginx-without-upstream"
     directory.mkdir()
     proxy = nginx_start(
