@@ -267,11 +267,11 @@ class Production:
         )
         return env
 
-    def manage(self, *args: str, role: str) -> str:
+    def manage(self, *args: str, role: str, **env: str) -> str:
         completed = subprocess.run(
             [sys.executable, "manage.py", *args],
             cwd=ROOT,
-            env=self.env(role=role),
+            env={**self.env(role=role), **env},
             capture_output=True,
             text=True,
             timeout=300,

@@ -71,6 +71,45 @@ def test_the_static_files_a_page_links_to_are_served_by_nginx(
     }
 
 
+def test_an_admin_created_as_the_docs_say_logs_in_through_nginx(
+    site_app: App, proxy_client: AgentClient
+) -> None:
+    site, password = site_app.site, secrets.token_urlsafe(16)
+    site.production.manage(
+        "createsuperuser",
+        "--noinput",
+        "--username",
+        "site-admin",
+        "--email",
+        "admin@example.com",
+        role=site.database.app,
+        DJANGO_SUPERUSER_PASSWORD=password,
+    )
+    login = f"{proxy_client.base_url}/admin/login/"
+    browser = proxy_client.http
+    browser.get(login, timeout=30)
+
+    response = browser.post(
+        login,
+        data={
+            "username": "site-admin",
+            "password": password,
+            "next": "/admin/",
+            "csrfmiddlewaretoken": browser.cookies["csrftoken"],
+        },
+        headers={"Referer": login},
+        timeout=30,
+    )
+
+    assert response.status_code == 200, response.text[:500]
+    assert response.url == f"{proxy_client.base_url}/admin/"
+    assert "site-admin" in response.text
+    assert {cookie.name: cookie.secure for cookie in browser.cookies} == {
+        "csrftoken": True,
+        "sessionid": True,
+    }
+
+
 def test_an_agent_call_through_nginx_refunds_once(site_app: App, proxy_client: AgentClient) -> None:
     database = site_app.site.database
     order_id = database.order_create(total_cents=9_000, customer_id="CUS-920")
