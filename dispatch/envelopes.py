@@ -92,7 +92,10 @@ class ConfirmationDoc(BaseModel):
     model_config = ConfigDict(title="Confirmation")
 
     confirmation_id: str
-    status: str
+    status: str = Field(
+        description="pending, approved, executing, executed, failed, unknown, rejected, expired "
+        "or invalidated"
+    )
     tool: str
     arguments: dict[str, Any]
     reviewers_required: int
@@ -100,7 +103,13 @@ class ConfirmationDoc(BaseModel):
     created_at: str
     expires_at: str
     decided_at: str | None
-    result: dict[str, Any] | None = Field(description="the final result contract, once decided")
+    hold_reason: dict[str, Any] | None = Field(description="why the policy held it")
+    decision_code: str | None = Field(description="why it was rejected, invalidated or expired")
+    decision_reason: str | None = Field(description="the reviewer's or the re-check's words")
+    finished_at: str | None = Field(description="when its execution ended")
+    result: dict[str, Any] | None = Field(
+        description="the final result contract, with model_text, once final"
+    )
 
 
 class SessionCallDoc(BaseModel):

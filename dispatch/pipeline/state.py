@@ -56,6 +56,8 @@ class PendingConfirmation(NamedTuple):
     expires_at: datetime
     # Why it is held (allowance.HoldReason as data: kind, message, data).
     reason: Mapping[str, Any] | None = None
+    # pending until a human decides; approved, executing or unknown while its execution is due.
+    status: str = "pending"
 
 
 class Claim(NamedTuple):

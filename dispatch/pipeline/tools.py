@@ -112,6 +112,9 @@ class ToolSpec(Generic[Args]):
     # What a reviewer sees of the live state before deciding a held call (for a refund: the
     # order's total, what is refunded and what remains), from its arguments and customer's id.
     review_context: ReviewContext[Args] | None = None
+    # What the system of record did under an idempotency key (a refund's receipt), or None if
+    # nothing: how an execution whose outcome was lost is reconciled.
+    outcome_of: Callable[[str], Mapping[str, Any] | None] | None = None
 
     def __post_init__(self) -> None:
         for kind in ("amount_field", "currency_field", "subject_field"):

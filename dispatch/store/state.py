@@ -149,7 +149,8 @@ class OrmState:
                 attempts=attempts,
                 repeat_limit=request.repeat_limit,
                 exclusive=request.exclusive,
-                confirmation_live=expiry is not None and expiry > request.now,
+                # A held key's confirmation that was approved no longer expires (no expiry).
+                confirmation_live=expiry is None or expiry > request.now,
             )
             if new_status is not status:
                 self.cursor.execute(
@@ -316,4 +317,5 @@ def _pending(confirmation_id: str) -> PendingConfirmation | None:
         created_at=held.created_at,
         expires_at=held.expires_at,
         reason=held.hold_reason,
+        status=held.status,
     )
