@@ -31,6 +31,12 @@ class CallEnvelope(BaseModel):
         description="the model's raw argument text (a string) or a JSON object",
         json_schema_extra={"oneOf": [{"type": "string"}, {"type": "object"}]},
     )
+    context: str = Field(
+        default="",
+        max_length=2000,
+        description="optional: what a reviewer should see if the call is held (the customer's own "
+        "words, or the agent's summary); shown escaped, never interpreted",
+    )
 
 
 class CallResultDoc(BaseModel):

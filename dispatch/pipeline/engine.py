@@ -538,6 +538,7 @@ class Pipeline:
                     created_at=now,
                     expires_at=now + timedelta(seconds=policy.confirmation_ttl_seconds),
                     reason=hold._asdict(),
+                    host_context=call.context,
                 )
                 state.hold(confirmation)
                 trace.confirmation_id = confirmation.confirmation_id

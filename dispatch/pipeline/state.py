@@ -58,6 +58,8 @@ class PendingConfirmation(NamedTuple):
     reason: Mapping[str, Any] | None = None
     # pending until a human decides; approved, executing or unknown while its execution is due.
     status: str = "pending"
+    # The host's context for the reviewer (ToolCall.context).
+    host_context: str = ""
 
 
 class Claim(NamedTuple):

@@ -35,6 +35,9 @@ class ToolCall:
     tool: str
     # The model's raw text, or an object the host already parsed.
     arguments: str | Mapping[str, Any]
+    # What the host sends along for a reviewer (the customer's words, the agent's summary):
+    # kept with a held call, shown escaped, never interpreted.
+    context: str = ""
 
 
 class CheckContext(NamedTuple):

@@ -191,6 +191,7 @@ class OrmState:
                 reviewers_required=confirmation.reviewers_required,
                 amount_cents=confirmation.amount_cents,
                 hold_reason=dict(confirmation.reason) if confirmation.reason else None,
+                host_context=confirmation.host_context,
                 created_at=confirmation.created_at,
                 expires_at=confirmation.expires_at,
             )
@@ -318,4 +319,5 @@ def _pending(confirmation_id: str) -> PendingConfirmation | None:
         expires_at=held.expires_at,
         reason=held.hold_reason,
         status=held.status,
+        host_context=held.host_context,
     )
