@@ -295,3 +295,81 @@ def rollups_live() -> Counts:
             row.recovered,
         ]
     return live
+
+
+# Drilldowns ------------------------------------------------------------------------------------
+
+# The events that say who decided a held call (as confirmation_outcomes reads them).
+DECISION_EVENTS = ("approved", "rejected", "invalidated")
+
+
+def calls_behind(
+    *,
+    since: datetime,
+    until: datetime,
+    agent_id: int | None = None,
+    tool: str | None = None,
+    code: str | None = None,
+    rejected: bool = False,
+    correctable: bool = False,
+    replayed: bool = False,
+) -> QuerySet[AuditRecord]:
+    """The audit records a figure of call_figures over the same range counts: the calls of the
+    hours from `since` (rounded down) to `until`, as _rollups reads them."""
+    records = AuditRecord.objects.filter(at__gte=_hour(since), at__lt=_hour_after(until))
+    if agent_id is not None:
+        records = records.filter(agent_id=agent_id)
+    if tool is not None:
+        records = records.filter(tool=tool)
+    if code is not None:
+        records = records.filter(code=code)
+    if rejected:
+        records = records.exclude(code__in=NOT_REJECTED)
+    if correctable:
+        # As the rollups count them: a fixable rejection of a call that took a step.
+        from dispatch.registry import tool_registry
+
+        fixable = tool_registry.catalogue.model_fixable()
+        records = records.filter(code__in=fixable, step__isnull=False)
+    if replayed:
+        records = records.filter(replayed=True)
+    return records
+
+
+def held_calls_behind(
+    *,
+    since: datetime,
+    until: datetime,
+    agent_id: int | None = None,
+    tool: str | None = None,
+    status: str | None = None,
+    decided_by: str | None = None,
+) -> QuerySet[AuditRecord]:
+    """The calls that created the confirmations confirmation_outcomes counts over the same range,
+    optionally only those now in `status` or decided by the reviewer named `decided_by`."""
+    held = Confirmation.objects.filter(created_at__gte=since, created_at__lt=until)
+    if agent_id is not None:
+        held = held.filter(agent_id=agent_id)
+    if tool is not None:
+        held = held.filter(tool=tool)
+    if status is not None:
+        held = held.filter(status=status)
+    if decided_by is not None:
+        held = held.filter(
+            decided_at__isnull=False,
+            events__kind__in=DECISION_EVENTS,
+            events__actor_label=decided_by,
+        )
+    # An identical call while it is pending is a replay naming the same confirmation.
+    return AuditRecord.objects.filter(
+        confirmation_id__in=held.values("id"),
+        code=CONFIRMATION_REQUIRED.name,
+        replayed=False,
+    )
+
+
+def _hour_after(moment: datetime) -> datetime:
+    """The end of the hour `moment` falls in, unless it is an hour already: a rollup row whose
+    hour starts before `until` counts all of that hour."""
+    start = _hour(moment)
+    return start if start == moment else start + timedelta(hours=1)
