@@ -119,6 +119,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# The site's own files and the vendored ones (static/vendor/: Pico CSS and htmx, each with its
+# version and licence; no CDN).
+STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES: dict[str, dict[str, Any]] = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
