@@ -100,6 +100,8 @@ TABLE_SORTS = {
     "recovery": lambda row: (
         -(row.recovery_rate if row.recovery_rate is not None else -1.0),
         -row.calls,
+        row.tool,
+        row.code,
     ),
 }
 
