@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncHour
 
 from dispatch.models import AuditRecord, CallRollup, Confirmation, PendingRecovery
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, OK
@@ -45,12 +46,12 @@ class Tally:
     def recovery_rate(self) -> float | None:
         return self.recovered / self.correctable if self.correctable else None
 
-    def add(self, row: CallRollup) -> None:
-        self.calls += row.calls
-        self.rejected += row.calls if row.code not in NOT_REJECTED else 0
-        self.replayed += row.replayed
-        self.correctable += row.correctable
-        self.recovered += row.recovered
+    def add(self, code: str, sums: Mapping[str, Any]) -> None:
+        self.calls += sums["calls"]
+        self.rejected += sums["calls"] if code not in NOT_REJECTED else 0
+        self.replayed += sums["replayed"]
+        self.correctable += sums["correctable"]
+        self.recovered += sums["recovered"]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -108,15 +109,36 @@ def call_figures(
     tool: str | None = None,
     bucket: timedelta = timedelta(hours=1),
 ) -> CallFigures:
-    """The call figures of the hours from `since` up to `until` (rounded down to the hour)."""
+    """The call figures of the hours from `since` up to `until` (rounded down to the hour).
+
+    The database sums the rollups: what comes back is a row per tool and code, and per time
+    bucket and code, however many calls the range holds."""
     figures = CallFigures()
-    for row in _rollups(since, until, agent_id, tool):
-        figures.total.add(row)
-        figures.by_tool[row.tool].add(row)
-        figures.by_code[row.code].add(row)
-        figures.by_tool_code[row.tool, row.code].add(row)
-        figures.by_bucket_code[_bucket(row.hour, since, bucket), row.code] += row.calls
+    rollups = _rollups(since, until, agent_id, tool)
+    for sums in rollups.values("tool", "code").annotate(**_SUMS).order_by():
+        tool_name, code = sums["tool"], sums["code"]
+        figures.total.add(code, sums)
+        figures.by_tool[tool_name].add(code, sums)
+        figures.by_code[code].add(code, sums)
+        figures.by_tool_code[tool_name, code].add(code, sums)
+    truncate = TruncDay if bucket >= timedelta(days=1) else TruncHour
+    per_bucket = (
+        rollups.annotate(bucket=truncate("hour"))
+        .values("bucket", "code")
+        .annotate(calls=Sum("calls"))
+        .order_by()
+    )
+    for row in per_bucket:
+        figures.by_bucket_code[row["bucket"], row["code"]] += row["calls"]
     return figures
+
+
+_SUMS = {
+    "calls": Sum("calls"),
+    "replayed": Sum("replayed"),
+    "correctable": Sum("correctable"),
+    "recovered": Sum("recovered"),
+}
 
 
 def confirmation_outcomes(
@@ -175,16 +197,11 @@ def _rollups(
         rows = rows.filter(agent_id=agent_id)
     if tool is not None:
         rows = rows.filter(tool=tool)
-    return rows.only("hour", "tool", "code", "calls", "replayed", "correctable", "recovered")
+    return rows
 
 
 def _hour(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
-
-
-def _bucket(hour: datetime, since: datetime, size: timedelta) -> datetime:
-    start = _hour(since)
-    return start + size * ((hour - start) // size)
 
 
 # Rebuilding ------------------------------------------------------------------------------------
