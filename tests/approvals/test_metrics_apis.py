@@ -34,7 +34,7 @@ def test_a_manager_reads_the_figures_of_the_calls(make_agent: MakeAgent, manager
             arguments=json.dumps(arguments),
         )
 
-    response = manager.get("/api/v1/metrics", {"agent": agent.pk, "tool": "get_order"})
+    response = manager.get("/api/v1/metrics", {"agent": str(agent.pk), "tool": "get_order"})
 
     assert response.status_code == 200
     total = response.json()["calls"]["total"]
