@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet, Sum
+from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
 
 from dispatch.models import AuditRecord, CallRollup, Confirmation, PendingRecovery
@@ -114,22 +114,22 @@ def call_figures(
     The database sums the rollups: what comes back is a row per tool and code, and per time
     bucket and code, however many calls the range holds."""
     figures = CallFigures()
-    rollups = _rollups(since, until, agent_id, tool)
-    for sums in rollups.values("tool", "code").annotate(**_SUMS).order_by():
+    truncate = TruncDay if bucket >= timedelta(days=1) else TruncHour
+    sums_per_bucket = (
+        _rollups(since, until, agent_id, tool)
+        .annotate(bucket=truncate("hour"))
+        .values("bucket", "tool", "code")
+        .annotate(**_SUMS)
+        .order_by()
+    )
+    rows: Iterable[Mapping[str, Any]] = sums_per_bucket
+    for sums in rows:
         tool_name, code = sums["tool"], sums["code"]
         figures.total.add(code, sums)
         figures.by_tool[tool_name].add(code, sums)
         figures.by_code[code].add(code, sums)
         figures.by_tool_code[tool_name, code].add(code, sums)
-    truncate = TruncDay if bucket >= timedelta(days=1) else TruncHour
-    per_bucket = (
-        rollups.annotate(bucket=truncate("hour"))
-        .values("bucket", "code")
-        .annotate(calls=Sum("calls"))
-        .order_by()
-    )
-    for row in per_bucket:
-        figures.by_bucket_code[row["bucket"], row["code"]] += row["calls"]
+        figures.by_bucket_code[sums["bucket"], code] += sums["calls"]
     return figures
 
 
@@ -150,26 +150,22 @@ def confirmation_outcomes(
         held = held.filter(agent_id=agent_id)
     if tool is not None:
         held = held.filter(tool=tool)
-    by_status: dict[str, int] = defaultdict(int)
-    for status in held.values_list("status", flat=True):
-        by_status[status] += 1
-    waits: list[float] = []
-    by_reviewer: dict[str, list[float]] = defaultdict(list)
-    decided = held.filter(decided_at__isnull=False).prefetch_related("events")
-    for confirmation in decided:
-        assert confirmation.decided_at is not None
-        seconds = (confirmation.decided_at - confirmation.created_at).total_seconds()
-        waits.append(seconds)
-        decider = next(
-            (
-                event.actor_label
-                for event in confirmation.events.all()
-                if event.kind in {"approved", "rejected", "invalidated"}
-            ),
-            None,
+    by_status = {
+        row["status"]: row["count"]
+        for row in held.values("status").annotate(count=Count("pk")).order_by()
+    }
+    waits = [
+        _seconds(created, decided)
+        for created, decided in held.filter(decided_at__isnull=False).values_list(
+            "created_at", "decided_at"
         )
-        if decider is not None:
-            by_reviewer[decider].append(seconds)
+    ]
+    by_reviewer: dict[str, list[float]] = defaultdict(list)
+    decisions = held.filter(
+        decided_at__isnull=False, events__kind__in=["approved", "rejected", "invalidated"]
+    ).values_list("events__actor_label", "created_at", "decided_at")
+    for reviewer, created, decided in decisions:
+        by_reviewer[reviewer].append(_seconds(created, decided))
     return {
         "by_status": dict(sorted(by_status.items())),
         "time_to_decision_seconds": _percentiles(waits),
@@ -178,6 +174,11 @@ def confirmation_outcomes(
             for reviewer, times in sorted(by_reviewer.items())
         },
     }
+
+
+def _seconds(created: datetime, decided: datetime | None) -> float:
+    assert decided is not None  # filtered on
+    return (decided - created).total_seconds()
 
 
 def _percentiles(values: list[float]) -> dict[str, float | None]:
