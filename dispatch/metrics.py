@@ -11,6 +11,7 @@ over any range reads a few thousand rows whatever the number of calls. Definitio
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
@@ -23,6 +24,7 @@ from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
 
 from dispatch.models import AuditRecord, CallRollup, Confirmation, PendingRecovery
+from dispatch.pipeline.allowance import PastCall, policy_actual, policy_replay
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, OK
 
 NOT_REJECTED = frozenset({OK.name, CONFIRMATION_REQUIRED.name})
@@ -203,6 +205,60 @@ def _rollups(
 
 def _hour(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
+
+
+# What a policy change would have done ------------------------------------------------------------
+
+
+def policy_what_if(
+    *,
+    agent_id: int,
+    since: datetime,
+    until: datetime,
+    changes: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The agent's recorded money-moving calls in the range, judged again under its current
+    policy with `changes` (auto_approve_below_cents, auto_approve_window_seconds,
+    daily_cap_cents, max_amount_cents, ...), beside what really happened. Reads only."""
+    from dispatch.models import Agent
+    from dispatch.registry import tool_registry
+
+    agent = Agent.objects.select_related("current_policy").get(pk=agent_id)
+    if agent.current_policy is None:
+        raise ValueError(f"agent {agent.name} has no policy")
+    policy = dataclasses.replace(agent.current_policy.snapshot(), **changes)
+    calls: list[PastCall] = []
+    records = AuditRecord.objects.filter(
+        agent_id=agent_id,
+        at__gte=since,
+        at__lt=until,
+        replayed=False,
+        code__in=["OK", "CONFIRMATION_REQUIRED", "POLICY_LIMIT"],
+        arguments__isnull=False,
+    ).order_by("at", "id")
+    for record in records.only("at", "session_id", "customer_id", "tool", "arguments", "code"):
+        spec = tool_registry.get(record.tool)
+        if spec is None or spec.amount_field is None or not isinstance(record.arguments, dict):
+            continue
+        arguments = record.arguments
+        calls.append(
+            PastCall(
+                at=record.at,
+                agent_id=str(agent_id),
+                session_id=record.session_id,
+                customer_id=record.customer_id,
+                tool=record.tool,
+                subject=str(arguments.get(spec.subject_field or "", "")),
+                currency=str(arguments.get(spec.currency_field or "", "")),
+                amount_cents=int(arguments.get(spec.amount_field, 0)),
+                code=record.code,
+            )
+        )
+    return {
+        "calls": len(calls),
+        "actual": policy_actual(calls)._asdict(),
+        "what_if": policy_replay(policy, calls)._asdict(),
+    }
 
 
 # Rebuilding ------------------------------------------------------------------------------------
