@@ -3,7 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
-from approvals.metrics_apis import MetricsApi
+from approvals.metrics_apis import MetricsApi, PolicyWhatIfApi
 from toolgate import views
 
 urlpatterns = [
@@ -21,6 +21,7 @@ urlpatterns = [
         name="swagger-ui",
     ),
     path("api/v1/metrics", MetricsApi.as_view(), name="metrics"),
+    path("api/v1/metrics/what-if", PolicyWhatIfApi.as_view(), name="metrics-what-if"),
     path("api/v1/", include("dispatch.urls")),
 ]
 

@@ -13,6 +13,8 @@ from tests.conftest import AgentClient, MakeAgent
 
 pytestmark = pytest.mark.usefixtures("orders")
 
+REFUND = {"order_id": "ORD-1001", "currency": "BRL", "reason": "damaged"}
+
 
 @pytest.fixture
 def manager(db: None) -> Client:
@@ -63,3 +65,44 @@ def test_a_bad_range_is_a_clear_400(manager: Client) -> None:
 
     assert response.status_code == 400
     assert "ISO 8601" in response.json()["error"]["message"]
+
+
+def test_a_manager_asks_what_a_looser_policy_would_have_done(
+    make_agent: MakeAgent, manager: Client
+) -> None:
+    agent, _ = make_agent()
+    for session, amount in (("s-1", 3_000), ("s-2", 6_000)):
+        call_dispatch(
+            agent=agent,
+            session_id=session,
+            customer_id="CUS-1",
+            tool="refund_order",
+            arguments=json.dumps(
+                {
+                    "order_id": "ORD-1001",
+                    "amount_cents": amount,
+                    "currency": "BRL",
+                    "reason": "damaged",
+                }
+            ),
+        )
+
+    response = manager.get(
+        "/api/v1/metrics/what-if",
+        {"agent": str(agent.pk), "auto_approve_below_cents": "10000"},
+    )
+
+    assert response.status_code == 200
+    assert response.json()["actual"]["held"] == [1, 6_000]
+    assert response.json()["what_if"]["without_human"] == [2, 9_000]
+
+
+def test_a_what_if_with_a_bad_value_is_a_clear_400(make_agent: MakeAgent, manager: Client) -> None:
+    agent, _ = make_agent()
+
+    response = manager.get(
+        "/api/v1/metrics/what-if", {"agent": str(agent.pk), "daily_cap_cents": "-5"}
+    )
+
+    assert response.status_code == 400
+    assert "daily_cap_cents" in response.json()["error"]["message"]
