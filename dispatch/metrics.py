@@ -11,17 +11,20 @@ over any range reads a few thousand rows whatever the number of calls. Definitio
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncHour
 
 from dispatch.models import AuditRecord, CallRollup, Confirmation, PendingRecovery
+from dispatch.pipeline.allowance import PastCall, policy_actual, policy_replay
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, OK
 
 NOT_REJECTED = frozenset({OK.name, CONFIRMATION_REQUIRED.name})
@@ -45,12 +48,12 @@ class Tally:
     def recovery_rate(self) -> float | None:
         return self.recovered / self.correctable if self.correctable else None
 
-    def add(self, row: CallRollup) -> None:
-        self.calls += row.calls
-        self.rejected += row.calls if row.code not in NOT_REJECTED else 0
-        self.replayed += row.replayed
-        self.correctable += row.correctable
-        self.recovered += row.recovered
+    def add(self, code: str, sums: Mapping[str, Any]) -> None:
+        self.calls += sums["calls"]
+        self.rejected += sums["calls"] if code not in NOT_REJECTED else 0
+        self.replayed += sums["replayed"]
+        self.correctable += sums["correctable"]
+        self.recovered += sums["recovered"]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -108,15 +111,36 @@ def call_figures(
     tool: str | None = None,
     bucket: timedelta = timedelta(hours=1),
 ) -> CallFigures:
-    """The call figures of the hours from `since` up to `until` (rounded down to the hour)."""
+    """The call figures of the hours from `since` up to `until` (rounded down to the hour).
+
+    The database sums the rollups: what comes back is a row per tool and code, and per time
+    bucket and code, however many calls the range holds."""
     figures = CallFigures()
-    for row in _rollups(since, until, agent_id, tool):
-        figures.total.add(row)
-        figures.by_tool[row.tool].add(row)
-        figures.by_code[row.code].add(row)
-        figures.by_tool_code[row.tool, row.code].add(row)
-        figures.by_bucket_code[_bucket(row.hour, since, bucket), row.code] += row.calls
+    truncate = TruncDay if bucket >= timedelta(days=1) else TruncHour
+    sums_per_bucket = (
+        _rollups(since, until, agent_id, tool)
+        .annotate(bucket=truncate("hour"))
+        .values("bucket", "tool", "code")
+        .annotate(**_SUMS)
+        .order_by()
+    )
+    rows: Iterable[Mapping[str, Any]] = sums_per_bucket
+    for sums in rows:
+        tool_name, code = sums["tool"], sums["code"]
+        figures.total.add(code, sums)
+        figures.by_tool[tool_name].add(code, sums)
+        figures.by_code[code].add(code, sums)
+        figures.by_tool_code[tool_name, code].add(code, sums)
+        figures.by_bucket_code[sums["bucket"], code] += sums["calls"]
     return figures
+
+
+_SUMS = {
+    "calls": Sum("calls"),
+    "replayed": Sum("replayed"),
+    "correctable": Sum("correctable"),
+    "recovered": Sum("recovered"),
+}
 
 
 def confirmation_outcomes(
@@ -128,26 +152,22 @@ def confirmation_outcomes(
         held = held.filter(agent_id=agent_id)
     if tool is not None:
         held = held.filter(tool=tool)
-    by_status: dict[str, int] = defaultdict(int)
-    for status in held.values_list("status", flat=True):
-        by_status[status] += 1
-    waits: list[float] = []
-    by_reviewer: dict[str, list[float]] = defaultdict(list)
-    decided = held.filter(decided_at__isnull=False).prefetch_related("events")
-    for confirmation in decided:
-        assert confirmation.decided_at is not None
-        seconds = (confirmation.decided_at - confirmation.created_at).total_seconds()
-        waits.append(seconds)
-        decider = next(
-            (
-                event.actor_label
-                for event in confirmation.events.all()
-                if event.kind in {"approved", "rejected", "invalidated"}
-            ),
-            None,
+    by_status = {
+        row["status"]: row["count"]
+        for row in held.values("status").annotate(count=Count("pk")).order_by()
+    }
+    waits = [
+        _seconds(created, decided)
+        for created, decided in held.filter(decided_at__isnull=False).values_list(
+            "created_at", "decided_at"
         )
-        if decider is not None:
-            by_reviewer[decider].append(seconds)
+    ]
+    by_reviewer: dict[str, list[float]] = defaultdict(list)
+    decisions = held.filter(
+        decided_at__isnull=False, events__kind__in=["approved", "rejected", "invalidated"]
+    ).values_list("events__actor_label", "created_at", "decided_at")
+    for reviewer, created, decided in decisions:
+        by_reviewer[reviewer].append(_seconds(created, decided))
     return {
         "by_status": dict(sorted(by_status.items())),
         "time_to_decision_seconds": _percentiles(waits),
@@ -156,6 +176,11 @@ def confirmation_outcomes(
             for reviewer, times in sorted(by_reviewer.items())
         },
     }
+
+
+def _seconds(created: datetime, decided: datetime | None) -> float:
+    assert decided is not None  # filtered on
+    return (decided - created).total_seconds()
 
 
 def _percentiles(values: list[float]) -> dict[str, float | None]:
@@ -175,16 +200,65 @@ def _rollups(
         rows = rows.filter(agent_id=agent_id)
     if tool is not None:
         rows = rows.filter(tool=tool)
-    return rows.only("hour", "tool", "code", "calls", "replayed", "correctable", "recovered")
+    return rows
 
 
 def _hour(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
-def _bucket(hour: datetime, since: datetime, size: timedelta) -> datetime:
-    start = _hour(since)
-    return start + size * ((hour - start) // size)
+# What a policy change would have done ------------------------------------------------------------
+
+
+def policy_what_if(
+    *,
+    agent_id: int,
+    since: datetime,
+    until: datetime,
+    changes: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The agent's recorded money-moving calls in the range, judged again under its current
+    policy with `changes` (auto_approve_below_cents, auto_approve_window_seconds,
+    daily_cap_cents, max_amount_cents, ...), beside what really happened. Reads only."""
+    from dispatch.models import Agent
+    from dispatch.registry import tool_registry
+
+    agent = Agent.objects.select_related("current_policy").get(pk=agent_id)
+    if agent.current_policy is None:
+        raise ValueError(f"agent {agent.name} has no policy")
+    policy = dataclasses.replace(agent.current_policy.snapshot(), **changes)
+    calls: list[PastCall] = []
+    records = AuditRecord.objects.filter(
+        agent_id=agent_id,
+        at__gte=since,
+        at__lt=until,
+        replayed=False,
+        code__in=["OK", "CONFIRMATION_REQUIRED", "POLICY_LIMIT"],
+        arguments__isnull=False,
+    ).order_by("at", "id")
+    for record in records.only("at", "session_id", "customer_id", "tool", "arguments", "code"):
+        spec = tool_registry.get(record.tool)
+        if spec is None or spec.amount_field is None or not isinstance(record.arguments, dict):
+            continue
+        arguments = record.arguments
+        calls.append(
+            PastCall(
+                at=record.at,
+                agent_id=str(agent_id),
+                session_id=record.session_id,
+                customer_id=record.customer_id,
+                tool=record.tool,
+                subject=str(arguments.get(spec.subject_field or "", "")),
+                currency=str(arguments.get(spec.currency_field or "", "")),
+                amount_cents=int(arguments.get(spec.amount_field, 0)),
+                code=record.code,
+            )
+        )
+    return {
+        "calls": len(calls),
+        "actual": policy_actual(calls)._asdict(),
+        "what_if": policy_replay(policy, calls)._asdict(),
+    }
 
 
 # Rebuilding ------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ OPERATIONS = {
     ("/api/v1/codes", "get"),
     ("/api/v1/sessions/{session_id}/calls", "get"),
     ("/api/v1/confirmations/{confirmation_id}", "get"),
+    ("/api/v1/metrics", "get"),
+    ("/api/v1/metrics/what-if", "get"),
 }
 
 
