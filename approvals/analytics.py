@@ -505,9 +505,61 @@ def table_rows(scope: Scope, figures: CallFigures, sort: str) -> list[TableRow]:
     return sorted(rows, key=TABLE_SORTS.get(sort, TABLE_SORTS["calls"]))
 
 
-def _buckets(scope: Scope) -> list[datetime]:
-    count = math.ceil(scope.span / scope.bucket)
-    return [scope.since + scope.bucket * index for index in range(count)]
+@dataclass(frozen=True)
+class Bucket:
+    """One bar of the chart over time: its hours, within the scope's range."""
+
+    start: datetime
+    end: datetime
+    label: str
+
+
+class Buckets:
+    """The bars of the chart over time, and which bar each of call_figures' time keys falls in.
+
+    call_figures keys its counts by hour for buckets under a day, and by calendar day in the
+    reader's time zone from a day up (so that a month is 31 rows a code, not 744). Bars under a
+    day start at the range's own start; bars of days start at midnight, the first and the last
+    cut to the range (a rate over part of a day is still that part's rate)."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.size = scope.bucket
+        self.scope = scope
+        if self.size < DAY:
+            count = math.ceil(scope.span / self.size)
+            starts = [scope.since + self.size * index for index in range(count)]
+        else:
+            self.first_day = timezone.localtime(scope.since).date()
+            last_day = timezone.localtime(scope.until - timedelta(microseconds=1)).date()
+            days = self.size.days
+            starts = [
+                max(scope.since, _midnight(self.first_day + timedelta(days=offset)))
+                for offset in range(0, (last_day - self.first_day).days + 1, days)
+            ]
+        ends = [*starts[1:], scope.until]
+        self.bars = [
+            Bucket(start, end, _bucket_label(start, self.size))
+            for start, end in zip(starts, ends, strict=True)
+        ]
+
+    def index(self, key: datetime) -> int:
+        if self.size < DAY:
+            return (key - self.scope.since) // self.size
+        return (timezone.localtime(key).date() - self.first_day).days // self.size.days
+
+    def counts(self, figures: CallFigures, codes: Iterable[str] | None = None) -> list[int]:
+        """Calls per bar, of the codes given or of all."""
+        wanted = None if codes is None else set(codes)
+        per_bar = [0] * len(self.bars)
+        for (key, code), calls in figures.by_bucket_code.items():
+            index = self.index(key)
+            if (wanted is None or code in wanted) and 0 <= index < len(per_bar):
+                per_bar[index] += calls
+        return per_bar
+
+
+def _midnight(day: date) -> datetime:
+    return timezone.make_aware(datetime.combine(day, time()))
 
 
 def _bucket_label(moment: datetime, size: timedelta) -> str:
@@ -555,10 +607,8 @@ def chart_data(scope: Scope, figures: CallFigures, outcomes: Mapping[str, Any]) 
 
 
 def _rejection_over_time(scope: Scope, figures: CallFigures) -> dict[str, Any]:
-    buckets = _buckets(scope)
-    per_bucket = dict.fromkeys(buckets, 0)
-    for (bucket, _), count in figures.by_bucket_code.items():
-        per_bucket[bucket] = per_bucket.get(bucket, 0) + count
+    buckets = Buckets(scope)
+    per_bar = buckets.counts(figures)
     rejected = sorted(
         (code for code in figures.by_code if code not in NOT_REJECTED),
         key=lambda code: (-figures.by_code[code].calls, code),
@@ -568,35 +618,29 @@ def _rejection_over_time(scope: Scope, figures: CallFigures) -> dict[str, Any]:
         groups.append(("other codes", rejected[CODES_CHARTED:], {"outcome": "rejected"}))
     series = []
     for label, codes, drill in groups:
-        counts = [sum(figures.by_bucket_code.get((b, c), 0) for c in codes) for b in buckets]
+        counts = buckets.counts(figures, codes)
         rates = [
-            n / per_bucket[b] if per_bucket[b] else 0.0
-            for n, b in zip(counts, buckets, strict=True)
+            n / all_calls if all_calls else 0.0
+            for n, all_calls in zip(counts, per_bar, strict=True)
         ]
         series.append(
             _series(
                 label,
                 [round(100 * rate, 2) for rate in rates],
                 [
-                    f"{_percent(rate)} ({_count(n)} of {_count(per_bucket[b])})"
-                    for rate, n, b in zip(rates, counts, buckets, strict=True)
+                    f"{_percent(rate)} ({_count(n)} of {_count(all_calls)})"
+                    for rate, n, all_calls in zip(rates, counts, per_bar, strict=True)
                 ],
                 [
                     _url(
                         "analytics:calls",
-                        Scope(b, b + scope.bucket, "custom", scope.agent, scope.tool).exact(
-                            **drill
-                        ),
+                        Scope(bar.start, bar.end, "custom", scope.agent, scope.tool).exact(**drill),
                     )
-                    for b in buckets
+                    for bar in buckets.bars
                 ],
             )
         )
-    return _chart(
-        "Rejection rate over time",
-        [_bucket_label(b, scope.bucket) for b in buckets],
-        series,
-    )
+    return _chart("Rejection rate over time", [bar.label for bar in buckets.bars], series)
 
 
 def _recovery_by_tool(scope: Scope, figures: CallFigures) -> dict[str, Any]:
@@ -762,7 +806,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     }
     if figures.total.calls:
         previous = scope.previous()
-        before = call_figures(**previous.filters(), bucket=previous.bucket)
+        # Only its totals are shown: days are the fewest rows to sum them from.
+        before = call_figures(**previous.filters(), bucket=DAY)
         outcomes = confirmation_outcomes(**scope.filters())
         outcomes_before = confirmation_outcomes(**previous.filters())
         charts = chart_data(scope, figures, outcomes)

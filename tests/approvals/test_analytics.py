@@ -429,6 +429,28 @@ def test_a_bar_of_the_chart_over_time_lists_the_calls_of_its_hour_and_code(
     ]
 
 
+def test_a_month_is_drawn_by_day_and_each_day_lists_its_own_calls(
+    traffic: Traffic, manager: Client
+) -> None:
+    charts = manager.get("/analytics/?range=30d").context["charts_drawn"]
+    chart = charts["rejection_over_time"]
+    series = next(s for s in chart["series"] if s["label"] == "INVALID_ARGUMENTS")
+    earlier_day = timezone.localtime(traffic.now - timedelta(hours=30))
+    earlier = chart["labels"].index(f"{earlier_day.day} {earlier_day:%b}")
+
+    today, that_day = series["urls"][-1], series["urls"][earlier]
+
+    # 30 days from the current hour touch 31 calendar days, the first and the last in part.
+    assert len(chart["labels"]) == 31
+    assert series["texts"][earlier] == "50.0 % (1 of 2)"
+    assert listed_calls(manager, today) == calls_where(
+        code="INVALID_ARGUMENTS", at__gte=traffic.now - timedelta(hours=1)
+    )
+    assert listed_calls(manager, that_day) == calls_where(
+        code="INVALID_ARGUMENTS", session_id="s-0"
+    )
+
+
 def test_the_replay_bar_lists_the_replayed_call(traffic: Traffic, manager: Client) -> None:
     charts = manager.get("/analytics/").context["charts_drawn"]
     replays = next(s for s in charts["stuck_by_tool"]["series"] if s["label"] == "replays")
