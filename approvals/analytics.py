@@ -667,6 +667,8 @@ def _recovery_by_tool(scope: Scope, figures: CallFigures) -> dict[str, Any]:
                 ],
             )
         ],
+        # No recovery at all is a finding, not an empty chart.
+        drawn=bool(tools),
     )
 
 
