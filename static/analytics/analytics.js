@@ -55,7 +55,8 @@
 
   // Per chart: how it is laid out, beyond its figures.
   var LAYOUTS = {
-    rejection_over_time: { stacked: true, yTicks: percent },
+    // Periods may skip labels when crowded; tools, statuses and reviewers never do.
+    rejection_over_time: { stacked: true, yTicks: percent, skipLabels: true },
     recovery_by_tool: { max: 100, yTicks: percent, legend: false, zeroShows: true },
     stuck_by_tool: { integers: true },
     confirmation_outcomes: { horizontal: true, integers: true, legend: false, byStatus: true },
@@ -90,7 +91,11 @@
       max: layout.max,
       ticks: { precision: layout.integers ? 0 : undefined, callback: layout.yTicks },
     };
-    var categoryAxis = { stacked: !!layout.stacked, grid: { display: false }, ticks: { autoSkip: true, maxRotation: 0 } };
+    var categoryAxis = {
+      stacked: !!layout.stacked,
+      grid: { display: false },
+      ticks: { autoSkip: !!layout.skipLabels, maxRotation: layout.skipLabels ? 0 : 45 },
+    };
     return new window.Chart(canvas, {
       type: "bar",
       data: { labels: chart.labels, datasets: datasets },
