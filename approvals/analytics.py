@@ -3,8 +3,8 @@ and the CSV of the table of calls by tool and code.
 
 Every figure comes from dispatch.metrics, the one metrics module; these views only choose the
 range and filters (all in the query string, so a URL is a view that can be shared) and lay the
-figures out. The pages work without JavaScript; charts/tables.js draws the charts from the same
-figures and makes their bars into links.
+figures out. The pages work without JavaScript; static/analytics/analytics.js draws the charts
+from the same figures and makes their bars into links.
 """
 
 from __future__ import annotations
@@ -126,9 +126,9 @@ def _members_only(*groups: str) -> Callable[[View], View]:
         def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if not _in_group(request.user, *groups):
                 raise PermissionDenied(
-                    "These pages are for the "
-                    + " and ".join(f"'{group}'" for group in groups)
-                    + " group. An administrator can add you to it."
+                    "This page is for members of the "
+                    + " or ".join(f"'{group}'" for group in groups)
+                    + " group. An administrator can add you."
                 )
             return view(request, *args, **kwargs)
 
@@ -272,14 +272,11 @@ def scope_from(query: QueryDict) -> tuple[Scope, ScopeForm]:
     """The scope a query string asks for; where it asks for something impossible, the form says
     why and the page shows the default range (with the filters that were valid)."""
     form = ScopeForm(query)
-    valid = form.is_valid()
-    data = form.cleaned_data if valid else {}
+    form.is_valid()
+    # The fields that were valid are kept: a bad date does not also drop the agent filter.
+    data = form.cleaned_data
     agent = data.get("agent")
     tool = data.get("tool") or None
-    if not valid:
-        # Keep what can be kept: a bad date should not also drop the agent filter.
-        agent = _agent_or_none(query.get("agent"))
-        tool = (query.get("tool") or "").strip()[:128] or None
     if "since_moment" in data:
         return Scope(data["since_moment"], data["until_moment"], "custom", agent, tool), form
     range_key = data.get("range") or DEFAULT_RANGE
@@ -287,12 +284,6 @@ def scope_from(query: QueryDict) -> tuple[Scope, ScopeForm]:
         range_key = DEFAULT_RANGE
     until = _next_hour(timezone.now())
     return Scope(until - RANGES[range_key][1], until, range_key, agent, tool), form
-
-
-def _agent_or_none(value: str | None) -> Agent | None:
-    if not value or not value.isdigit() or len(value) > 18:
-        return None
-    return Agent.objects.filter(pk=int(value)).first()
 
 
 def _iso(moment: datetime) -> str:
