@@ -40,6 +40,7 @@ from dispatch.metrics import (
     calls_behind,
     confirmation_outcomes,
     held_calls_behind,
+    held_count,
 )
 from dispatch.models import Agent, AuditRecord, Confirmation, ConfirmationStatus
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, LOOP_DETECTED, OK, STEP_LIMIT, Code
@@ -802,7 +803,6 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         # Only its totals are shown: days are the fewest rows to sum them from.
         before = call_figures(**previous.filters(), bucket=DAY)
         outcomes = confirmation_outcomes(**scope.filters())
-        outcomes_before = confirmation_outcomes(**previous.filters())
         charts = chart_data(scope, figures, outcomes)
         sort = request.GET.get("sort", "calls")
         sort = sort if sort in TABLE_SORTS else "calls"
@@ -812,16 +812,14 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                 figures,
                 before,
                 sum(outcomes["by_status"].values()),
-                sum(outcomes_before["by_status"].values()),
+                held_count(**previous.filters()),
             ),
-            previous=previous,
             charts=charts,
             # The rows are the tables beside the charts; the browser needs only the series.
             charts_drawn={
                 name: {key: value for key, value in chart.items() if key != "rows"}
                 for name, chart in charts.items()
             },
-            outcomes=outcomes,
             rows=table_rows(scope, figures, sort),
             sort=sort,
             columns=_columns(request.GET, sort),

@@ -421,11 +421,7 @@ def held_calls_behind(
 ) -> QuerySet[AuditRecord]:
     """The calls that created the confirmations confirmation_outcomes counts over the same range,
     optionally only those now in `status` or decided by the reviewer named `decided_by`."""
-    held = Confirmation.objects.filter(created_at__gte=since, created_at__lt=until)
-    if agent_id is not None:
-        held = held.filter(agent_id=agent_id)
-    if tool is not None:
-        held = held.filter(tool=tool)
+    held = _held_in(since, until, agent_id, tool)
     if status is not None:
         held = held.filter(status=status)
     if decided_by is not None:
@@ -434,8 +430,12 @@ def held_calls_behind(
             events__kind__in=DECISION_EVENTS,
             events__actor_label=decided_by,
         )
-    # An identical call while it is pending is a replay naming the same confirmation.
+    # An identical call while it is pending is a replay naming the same confirmation. The call
+    # that held it was recorded moments before the confirmation was made: bounding the records
+    # by time lets the database skip the rest of the audit table.
     return AuditRecord.objects.filter(
+        at__gte=since - timedelta(hours=1),
+        at__lt=until + timedelta(hours=1),
         confirmation_id__in=held.values("id"),
         code=CONFIRMATION_REQUIRED.name,
         replayed=False,
@@ -447,3 +447,22 @@ def _hour_after(moment: datetime) -> datetime:
     hour starts before `until` counts all of that hour."""
     start = _hour(moment)
     return start if start == moment else start + timedelta(hours=1)
+
+
+def held_count(
+    *, since: datetime, until: datetime, agent_id: int | None = None, tool: str | None = None
+) -> int:
+    """How many calls were held in the range: confirmation_outcomes' by_status summed, for a
+    comparison that needs nothing more."""
+    return _held_in(since, until, agent_id, tool).count()
+
+
+def _held_in(
+    since: datetime, until: datetime, agent_id: int | None, tool: str | None
+) -> QuerySet[Confirmation]:
+    held = Confirmation.objects.filter(created_at__gte=since, created_at__lt=until)
+    if agent_id is not None:
+        held = held.filter(agent_id=agent_id)
+    if tool is not None:
+        held = held.filter(tool=tool)
+    return held
