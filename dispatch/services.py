@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 
@@ -120,8 +120,13 @@ def call_dispatch(
     customer_id: str,
     tool: str,
     arguments: str | Mapping[str, Any],
+    on_result: Callable[[CallResult], None] | None = None,
 ) -> CallResult:
-    """Run one raw tool call through the pipeline; raises SessionConflict for a foreign session."""
+    """Run one raw tool call through the pipeline; raises SessionConflict for a foreign session.
+
+    `on_result` is called with the result inside the call's transaction, before it commits: what
+    must commit with the call's effect or not at all (the host's Idempotency-Key answer).
+    """
     policy = agent.current_policy
     if policy is None:
         raise ValueError(f"agent {agent.name} has no policy")
@@ -139,4 +144,7 @@ def call_dispatch(
     # key's row lock, then replays the outcome. Any other call runs in the backend's read scope.
     scope = transaction.atomic() if prepared.writes else backend().read_scope()
     with scope, connection.cursor() as cursor:
-        return pipeline.run_prepared(prepared, OrmState(cursor, tool_registry))
+        result = pipeline.run_prepared(prepared, OrmState(cursor, tool_registry))
+        if on_result is not None:
+            on_result(result)
+        return result
