@@ -139,9 +139,13 @@ class CallCreateApi(AgentApi):
     def post(self, request: Request) -> Response | HttpResponse:
         envelope = self._envelope(request)
         key = self._idempotency_key(request)
-        agent = self.agent(request)
         if key is None:
-            return Response(self._dispatch(agent, envelope).as_dict())
+            return Response(self._dispatch(self.agent(request), envelope).as_dict())
+        return self._keyed(self.agent(request), envelope, key)
+
+    def _keyed(self, agent: Agent, envelope: CallEnvelope, key: str) -> HttpResponse:
+        """The call under the host's Idempotency-Key (dispatch/host_keys.py): the first answer
+        to the key if it has one, else the call's, kept against the key if final."""
         answer = host_keys.host_key_claim(
             agent=agent,
             key=key,
