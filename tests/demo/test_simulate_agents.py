@@ -106,6 +106,8 @@ def test_its_recovery_rate_is_read_from_the_audit_records_of_the_run(
         f"({rate.overall.recovered} of {rate.overall.rejected} rejections the model can fix"
         in output
     )
+    # Each of these mistakes gets a message that says what to send, and the model sends it.
+    assert rate.by_code["INVALID_ARGUMENTS"].recovered == rate.by_code["INVALID_ARGUMENTS"].rejected
 
 
 def test_it_leaves_the_ledger_adding_up(simulate: Simulate) -> None:
