@@ -176,6 +176,29 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = TIME_ZONE
+# A task is acknowledged once it ran (acks_late): one whose worker was killed goes back to the
+# queue once Redis has not heard of it for this long, and another worker runs it. It must stay
+# above the longest a task may run or wait for its countdown (a webhook's retry backoff, the
+# execution's retries), or a task still running would be run a second time meanwhile.
+CELERY_VISIBILITY_TIMEOUT_SECONDS = env.int("CELERY_VISIBILITY_TIMEOUT_SECONDS", default=3600)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": CELERY_VISIBILITY_TIMEOUT_SECONDS,
+    # How often a worker looks for such tasks: a quarter of the timeout, at most once a minute.
+    "unacked_restore_interval": max(1, min(60, CELERY_VISIBILITY_TIMEOUT_SECONDS // 4)),
+    "unacked_restore_throttle": 1,
+}
+# Task modules outside an app's tasks.py.
+CELERY_IMPORTS = ["approvals.webhooks"]
+
+# Webhooks (approvals.webhooks): URLs must resolve to public addresses unless this allows
+# loopback and private ones (a receiver on the same host or network).
+TOOLGATE_WEBHOOK_ALLOW_PRIVATE = env.bool("TOOLGATE_WEBHOOK_ALLOW_PRIVATE", default=False)
+TOOLGATE_WEBHOOK_TIMEOUT_SECONDS = env.float("TOOLGATE_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+TOOLGATE_WEBHOOK_MAX_ATTEMPTS = env.int("TOOLGATE_WEBHOOK_MAX_ATTEMPTS", default=8)
+# The wait after the n-th failed attempt is base * 2**(n-1), at most the cap: with the defaults
+# 10 s, 20 s, ... 10 min, about 21 minutes over 8 attempts.
+TOOLGATE_WEBHOOK_RETRY_BASE_SECONDS = env.float("TOOLGATE_WEBHOOK_RETRY_BASE_SECONDS", default=10.0)
+TOOLGATE_WEBHOOK_RETRY_MAX_SECONDS = env.float("TOOLGATE_WEBHOOK_RETRY_MAX_SECONDS", default=600.0)
 
 LOG_LEVEL = env("LOG_LEVEL", default="INFO")
 LOGGING = {

@@ -10,3 +10,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Throttling is tested on purpose with its own rate, never by accident.
 TOOLGATE_AGENT_THROTTLE_RATE = env("AGENT_THROTTLE_RATE", default="1000000/min")
+
+# Tasks run in-process, right after the commit that enqueues them, whatever broker CI names; a
+# test that starts a real worker sets CELERY_TASK_ALWAYS_EAGER=0 for it and for itself.
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=True)
+CELERY_TASK_EAGER_PROPAGATES = CELERY_TASK_ALWAYS_EAGER
