@@ -3,6 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
+from approvals import apis as approvals_apis
 from toolgate import views
 
 urlpatterns = [
@@ -18,6 +19,17 @@ urlpatterns = [
         "api/docs/",
         SpectacularSwaggerView.as_view(url_name="schema", permission_classes=[AllowAny]),
         name="swagger-ui",
+    ),
+    # Before dispatch's, whose last pattern answers every other path under the prefix with a 404.
+    path(
+        "api/v1/confirmations/<str:confirmation_id>/approve",
+        approvals_apis.ConfirmationApproveApi.as_view(),
+        name="confirmation-approve",
+    ),
+    path(
+        "api/v1/confirmations/<str:confirmation_id>/reject",
+        approvals_apis.ConfirmationRejectApi.as_view(),
+        name="confirmation-reject",
     ),
     path("api/v1/", include("dispatch.urls")),
 ]

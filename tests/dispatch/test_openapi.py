@@ -20,6 +20,8 @@ OPERATIONS = {
     ("/api/v1/codes", "get"),
     ("/api/v1/sessions/{session_id}/calls", "get"),
     ("/api/v1/confirmations/{confirmation_id}", "get"),
+    ("/api/v1/confirmations/{confirmation_id}/approve", "post"),
+    ("/api/v1/confirmations/{confirmation_id}/reject", "post"),
 }
 
 
@@ -101,3 +103,23 @@ def test_real_answers_match_the_schema(served: dict[str, Any], api: AgentClient)
 
     for path, method, status, body in answers:
         validator(served, path, method, status).validate(body)
+
+
+def test_the_reviewers_decisions_are_described_with_their_authentication(
+    served: dict[str, Any],
+) -> None:
+    approve = served["paths"]["/api/v1/confirmations/{confirmation_id}/approve"]["post"]
+    reject = served["paths"]["/api/v1/confirmations/{confirmation_id}/reject"]["post"]
+
+    schemes = served["components"]["securitySchemes"]
+    assert schemes["ReviewerToken"]["name"] == "Authorization"
+    assert {name for item in approve["security"] for name in item} == {
+        "ReviewerToken",
+        "cookieAuth",
+    }
+    assert {"200", "401", "403", "404", "409"} <= set(approve["responses"])
+    assert "requestBody" not in approve
+    reason = served["components"]["schemas"]["RejectRequest"]
+    assert reason["required"] == ["reason"]
+    assert set(reject["requestBody"]["content"]) == {"application/json"}
+    assert {"200", "400", "401", "403", "404", "409"} <= set(reject["responses"])
