@@ -36,12 +36,11 @@ def held(make_agent: MakeAgent) -> tuple[Agent, str, Confirmation]:
 def decide(
     client: Client, confirmation_id: str, action: str, token: str | None = None, **body: Any
 ) -> Any:
-    headers = {"HTTP_AUTHORIZATION": f"Token {token}"} if token else {}
     return client.post(
         f"/api/v1/confirmations/{confirmation_id}/{action}",
         body if action == "reject" else None,
         content_type="application/json",
-        **headers,
+        headers={"Authorization": f"Token {token}"} if token else {},
     )
 
 
@@ -141,11 +140,11 @@ def test_a_reject_body_that_is_not_json_is_refused(
     confirmation = held[2]
     token = reviewer_token_create(user=make_user("rita"))
     url = f"/api/v1/confirmations/{confirmation.pk}/reject"
-    auth = {"HTTP_AUTHORIZATION": f"Token {token}"}
+    auth = {"Authorization": f"Token {token}"}
 
-    broken = client.post(url, "{reason", content_type="application/json", **auth)
-    form = client.post(url, {"reason": "no"}, **auth)
-    listed = client.post(url, ["no"], content_type="application/json", **auth)
+    broken = client.post(url, "{reason", content_type="application/json", headers=auth)
+    form = client.post(url, {"reason": "no"}, headers=auth)
+    listed = client.post(url, ["no"], content_type="application/json", headers=auth)
 
     assert (broken.status_code, form.status_code, listed.status_code) == (400, 415, 400)
     assert status_of(confirmation) == ConfirmationStatus.PENDING
