@@ -82,6 +82,13 @@ CONFIRMATION_REQUIRED = Code(
     False,
     False,
 )
+CONFIRMATION_REJECTED = Code(
+    "CONFIRMATION_REJECTED",
+    7,
+    "A reviewer rejected the held call; `message` gives their reason. Do not send it again.",
+    False,
+    False,
+)
 UPSTREAM_UNAVAILABLE = Code(
     "UPSTREAM_UNAVAILABLE",
     8,
@@ -105,6 +112,7 @@ CORE_CODES: tuple[Code, ...] = (
     CALL_IN_PROGRESS,
     POLICY_LIMIT,
     CONFIRMATION_REQUIRED,
+    CONFIRMATION_REJECTED,
     UPSTREAM_UNAVAILABLE,
     INTERNAL_ERROR,
 )

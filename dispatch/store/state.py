@@ -149,7 +149,8 @@ class OrmState:
                 attempts=attempts,
                 repeat_limit=request.repeat_limit,
                 exclusive=request.exclusive,
-                confirmation_live=expiry is not None and expiry > request.now,
+                # A held key's confirmation that was approved no longer expires (no expiry).
+                confirmation_live=expiry is None or expiry > request.now,
             )
             if new_status is not status:
                 self.cursor.execute(
@@ -190,6 +191,7 @@ class OrmState:
                 reviewers_required=confirmation.reviewers_required,
                 amount_cents=confirmation.amount_cents,
                 hold_reason=dict(confirmation.reason) if confirmation.reason else None,
+                host_context=confirmation.host_context,
                 created_at=confirmation.created_at,
                 expires_at=confirmation.expires_at,
             )
@@ -316,4 +318,6 @@ def _pending(confirmation_id: str) -> PendingConfirmation | None:
         created_at=held.created_at,
         expires_at=held.expires_at,
         reason=held.hold_reason,
+        status=held.status,
+        host_context=held.host_context,
     )

@@ -1,8 +1,13 @@
+<<<<<<< HEAD
 """A receiver of webhooks on 127.0.0.1 (stdlib http.server in a thread), and held confirmations."""
+=======
+"""Held refunds to decide, and the reviewers who decide them."""
+>>>>>>> main
 
 from __future__ import annotations
 
 import json
+<<<<<<< HEAD
 import threading
 import time
 from collections import deque
@@ -89,3 +94,68 @@ def hold_refund(
     )
     assert result.code == "CONFIRMATION_REQUIRED", result
     return Confirmation.objects.get(pk=result.data["confirmation_id"])
+=======
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+
+from dispatch.models import Agent, Confirmation
+from dispatch.pipeline.results import CallResult
+from dispatch.services import call_dispatch
+from orders.models import Order
+from tests.conftest import MakeAgent
+from tests.factories import OrderFactory
+
+HeldRefund = Callable[..., Confirmation]
+
+
+@pytest.fixture
+def order(db: None) -> Order:
+    return OrderFactory.create(order_id="ORD-3001", customer_id="CUS-7", total_cents=90_000)
+
+
+@pytest.fixture
+def agent(make_agent: MakeAgent) -> Agent:
+    # Refunds from 50.00 are held; from 200.00 two reviewers decide.
+    return make_agent(auto_approve_below_cents=5_000, two_reviewers_from_cents=20_000)[0]
+
+
+def refund_call(
+    agent: Agent, amount_cents: int, *, session: str = "s-1", order_id: str = "ORD-3001"
+) -> CallResult:
+    return call_dispatch(
+        agent=agent,
+        session_id=session,
+        customer_id="CUS-7",
+        tool="refund_order",
+        arguments=json.dumps(
+            {
+                "order_id": order_id,
+                "amount_cents": amount_cents,
+                "currency": "BRL",
+                "reason": "damaged",
+            }
+        ),
+    )
+
+
+@pytest.fixture
+def held_refund(agent: Agent, order: Order) -> HeldRefund:
+    def hold(amount_cents: int = 6_000, **extra: Any) -> Confirmation:
+        result = refund_call(agent, amount_cents, **extra)
+        assert result.code == "CONFIRMATION_REQUIRED", result.message
+        return Confirmation.objects.get(pk=result.data["confirmation_id"])
+
+    return hold
+
+
+@pytest.fixture
+def reviewers(db: None) -> list[User]:
+    group, _ = Group.objects.get_or_create(name="reviewers")
+    people = [User.objects.create_user(name, password="pw") for name in ("ana", "bruno", "carla")]
+    for person in people:
+        person.groups.add(group)
+    return people
+>>>>>>> main

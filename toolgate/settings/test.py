@@ -11,7 +11,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Throttling is tested on purpose with its own rate, never by accident.
 TOOLGATE_AGENT_THROTTLE_RATE = env("AGENT_THROTTLE_RATE", default="1000000/min")
 
-# Tasks run in-process, right after the commit that enqueues them, whatever broker CI names; a
-# test that starts a real worker sets CELERY_TASK_ALWAYS_EAGER=0 for it and for itself.
-CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=True)
-CELERY_TASK_EAGER_PROPAGATES = CELERY_TASK_ALWAYS_EAGER
+# Tasks run in-process right after the commit that enqueues them, as in the embedded default,
+# even where CELERY_BROKER_URL names Redis; the tests of a real worker start one on purpose.
+CELERY_TASK_ALWAYS_EAGER = True
+CELERY_TASK_EAGER_PROPAGATES = True
