@@ -24,7 +24,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from approvals.reviewers import is_reviewer, reviewer_authenticate
-from approvals.services import ConfirmationError, ReasonRequired
+from approvals.services import ConfirmationError, ConfirmationNotFound, ReasonRequired
 from approvals.services import confirmation_approve as approve
 from approvals.services import confirmation_reject as reject
 from dispatch.apis import JsonApi
@@ -122,6 +122,8 @@ class ReviewerApi(JsonApi):
 
 
 def _refused(exc: ConfirmationError) -> APIException:
+    if isinstance(exc, ConfirmationNotFound):
+        return NotFound("There is no confirmation with that id.")
     if isinstance(exc, ReasonRequired):
         return DecisionInvalid(exc.message, exc.code)
     return DecisionRefused(exc.message, exc.code)

@@ -180,9 +180,12 @@ def test_a_new_token_replaces_the_old(
     assert ReviewerToken.objects.get(user=user).token_prefix == new[:10]
 
 
-# With the services -------------------------------------------------------------------------------
+# Decisions: committed for real, so that the execution runs in-process after the commit, as in
+# the embedded default, and the answer shows its result.
+decisions = pytest.mark.django_db(transaction=True)
 
 
+@decisions
 def test_a_reviewer_token_approves_and_the_refund_executes(
     client: Client, held: tuple[Agent, str, Confirmation], ledger: Ledger
 ) -> None:
@@ -199,6 +202,7 @@ def test_a_reviewer_token_approves_and_the_refund_executes(
     assert ledger.state() == (1, 6000)
 
 
+@decisions
 def test_a_reviewer_rejects_with_a_reason_that_reaches_the_agent(
     client: Client, held: tuple[Agent, str, Confirmation], ledger: Ledger
 ) -> None:
@@ -217,6 +221,7 @@ def test_a_reviewer_rejects_with_a_reason_that_reaches_the_agent(
     assert ledger.state() == (0, 0)
 
 
+@decisions
 def test_a_decided_confirmation_cannot_be_decided_again(
     client: Client, held: tuple[Agent, str, Confirmation], ledger: Ledger
 ) -> None:
@@ -234,6 +239,7 @@ def test_a_decided_confirmation_cannot_be_decided_again(
     assert ledger.state() == (0, 0)
 
 
+@decisions
 def test_with_two_reviewers_required_the_same_reviewer_cannot_approve_twice(
     client: Client, make_agent: MakeAgent, ledger: Ledger
 ) -> None:
@@ -255,6 +261,7 @@ def test_with_two_reviewers_required_the_same_reviewer_cannot_approve_twice(
     assert ledger.state() == (1, 11_000)
 
 
+@decisions
 def test_a_browser_session_with_its_csrf_token_approves(
     held: tuple[Agent, str, Confirmation], ledger: Ledger
 ) -> None:
