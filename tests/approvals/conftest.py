@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -148,3 +150,18 @@ def hold_refund(
     )
     assert result.code == "CONFIRMATION_REQUIRED", result
     return Confirmation.objects.get(pk=result.data["confirmation_id"])
+
+
+Verify = Callable[..., bool]
+
+
+@pytest.fixture(scope="module")
+def documented_verify() -> Verify:
+    """The few lines of docs/webhooks.md that a host uses to check a signature, run as written."""
+    text = (Path(__file__).parents[2] / "docs" / "webhooks.md").read_text()
+    match = re.search(r"```python\n(.*?def toolgate_signature_valid.*?)```", text, re.S)
+    assert match is not None, "docs/webhooks.md has no python block defining the check"
+    namespace: dict[str, Any] = {}
+    exec(match.group(1), namespace)
+    verify: Verify = namespace["toolgate_signature_valid"]
+    return verify

@@ -7,8 +7,6 @@ import json
 import re
 import socket
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,24 +23,10 @@ from approvals.webhooks import (
 from dispatch.models import Agent, Confirmation
 from dispatch.selectors import confirmation_state
 from dispatch.webhooks import agent_webhook_set
-from tests.approvals.conftest import WebhookReceiver, hold_refund
+from tests.approvals.conftest import Verify, WebhookReceiver, hold_refund
 from tests.conftest import MakeAgent
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("orders")]
-
-Verify = Callable[..., bool]
-
-
-@pytest.fixture(scope="module")
-def documented_verify() -> Verify:
-    """The few lines of docs/webhooks.md that a host uses to check a signature, run as written."""
-    text = (Path(__file__).parents[2] / "docs" / "webhooks.md").read_text()
-    match = re.search(r"```python\n(.*?def toolgate_signature_valid.*?)```", text, re.S)
-    assert match is not None, "docs/webhooks.md has no python block defining the check"
-    namespace: dict[str, Any] = {}
-    exec(match.group(1), namespace)
-    verify: Verify = namespace["toolgate_signature_valid"]
-    return verify
 
 
 @pytest.fixture
