@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
 from approvals import apis as approvals_apis
+from approvals.metrics_apis import MetricsApi, PolicyWhatIfApi
 from toolgate import views
 
 urlpatterns = [
@@ -31,6 +32,8 @@ urlpatterns = [
         approvals_apis.ConfirmationRejectApi.as_view(),
         name="confirmation-reject",
     ),
+    path("api/v1/metrics", MetricsApi.as_view(), name="metrics"),
+    path("api/v1/metrics/what-if", PolicyWhatIfApi.as_view(), name="metrics-what-if"),
     path("api/v1/", include("dispatch.urls")),
 ]
 

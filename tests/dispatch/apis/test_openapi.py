@@ -24,6 +24,8 @@ OPERATIONS = {
     ("/api/v1/confirmations/{confirmation_id}", "get"),
     ("/api/v1/confirmations/{confirmation_id}/approve", "post"),
     ("/api/v1/confirmations/{confirmation_id}/reject", "post"),
+    ("/api/v1/metrics", "get"),
+    ("/api/v1/metrics/what-if", "get"),
 }
 
 
