@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("dispatch", "0008_confirmation_host_context"),
+        ("dispatch", "0009_call_rollups"),
     ]
 
     operations = [
