@@ -123,6 +123,7 @@ class WebhookDelivery(models.Model):
         Confirmation, on_delete=models.PROTECT, related_name="webhook_deliveries"
     )
     event = models.CharField(max_length=16)
+    # Where the last attempt went: the agent's webhook URL at the time.
     url = models.URLField(max_length=500)
     payload = models.JSONField()
     status = models.CharField(

@@ -132,12 +132,12 @@ def _post(target: WebhookTarget, body: bytes, headers: dict[str, str]) -> int:
         return int(response.status)
 
 
-def _attempt(delivery: WebhookDelivery, secret: str) -> tuple[int | None, str]:
+def _attempt(delivery: WebhookDelivery, url: str, secret: str) -> tuple[int | None, str]:
     """One request; (HTTP status or None, error or "")."""
-    if not secret:
-        return None, "The agent has no webhook secret any more (its webhook was removed)."
+    if not url or not secret:
+        return None, "The agent has no webhook any more."
     try:
-        target = webhook_target(delivery.url)
+        target = webhook_target(url)
     except WebhookUrlInvalid as exc:
         return None, str(exc)
     body = webhook_body(delivery)
@@ -166,9 +166,13 @@ def webhook_deliver(*, delivery_id: int, last_attempt: bool = False) -> WebhookD
     )
     if delivery is None or delivery.status != WebhookDeliveryStatus.PENDING:
         return delivery
-    status_code, error = _attempt(delivery, delivery.confirmation.agent.webhook_secret)
+    # The agent's webhook as it is now: an operator who fixed a broken URL wants what is still
+    # pending to go to the fixed one.
+    agent = delivery.confirmation.agent
+    status_code, error = _attempt(delivery, agent.webhook_url, agent.webhook_secret)
     now = timezone.now()
     changes: dict[str, Any] = {
+        "url": agent.webhook_url or delivery.url,
         "attempts": F("attempts") + 1,
         "last_attempt_at": now,
         "last_status_code": status_code,

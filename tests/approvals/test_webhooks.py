@@ -327,3 +327,39 @@ def test_deliveries_are_listed_read_only_in_the_admin(
     assert delivery.confirmation_id.encode() in listing.content
     assert change.status_code == 403
     assert WebhookDelivery.objects.get().status == WebhookDeliveryStatus.PENDING
+
+
+def test_a_pending_delivery_goes_to_the_webhook_url_the_agent_has_now(
+    hooked: tuple[Agent, str], webhook_receiver: WebhookReceiver, documented_verify: Verify
+) -> None:
+    agent, secret = hooked
+    with transaction.atomic():
+        webhook_enqueue(confirmation=hold_refund(agent), event="executed")
+    moved = webhook_receiver.url.replace("/toolgate/events", "/v2/events")
+    agent_webhook_set(agent=agent, url=moved)
+
+    delivery = webhook_deliver(delivery_id=WebhookDelivery.objects.get().pk)
+
+    [request] = webhook_receiver.received
+    assert request.path == "/v2/events"
+    assert documented_verify(secret, request.headers["Toolgate-Signature"], request.body)
+    assert delivery is not None
+    assert (delivery.status, delivery.url) == ("delivered", moved)
+
+
+def test_a_pending_delivery_of_an_agent_whose_webhook_was_removed_sends_nothing(
+    hooked: tuple[Agent, str], webhook_receiver: WebhookReceiver
+) -> None:
+    agent, _ = hooked
+    with transaction.atomic():
+        webhook_enqueue(confirmation=hold_refund(agent), event="executed")
+    agent_webhook_set(agent=agent, url="")
+
+    delivery = webhook_deliver(delivery_id=WebhookDelivery.objects.get().pk, last_attempt=True)
+
+    assert delivery is not None
+    assert (delivery.status, delivery.last_error) == (
+        "failed",
+        "The agent has no webhook any more.",
+    )
+    assert webhook_receiver.received == []
