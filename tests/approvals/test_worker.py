@@ -185,7 +185,7 @@ def test_the_worker_executes_an_approved_refund_and_the_agent_reads_the_result(
     start_worker: StartWorker,
     held_refund: HeldRefund,
     reviewers: list[User],
-    agent: Agent,
+    holding_agent: Agent,
     order: Order,
 ) -> None:
     start_worker()
@@ -194,7 +194,7 @@ def test_the_worker_executes_an_approved_refund_and_the_agent_reads_the_result(
     confirmation_approve(confirmation_id=held.pk, reviewer=reviewers[0])
     wait_until(lambda: status_of(held) in FINAL, "the worker to execute the refund")
 
-    state = agent_reads(agent, held)
+    state = agent_reads(holding_agent, held)
     assert state["status"] == ConfirmationStatus.EXECUTED
     assert state["result"]["ok"] is True
     assert state["result"]["code"] == "OK"
@@ -212,7 +212,7 @@ def test_a_worker_killed_mid_execution_and_started_again_refunds_exactly_once(
     start_worker: StartWorker,
     held_refund: HeldRefund,
     reviewers: list[User],
-    agent: Agent,
+    holding_agent: Agent,
     order: Order,
     killed: str,
     rows_after_kill: int,
@@ -247,7 +247,7 @@ def test_a_worker_killed_mid_execution_and_started_again_refunds_exactly_once(
     wait_until(lambda: status_of(held) in FINAL, "the task to be delivered again and finish")
 
     assert after_kill == (rows_after_kill, ConfirmationStatus.EXECUTING)
-    state = agent_reads(agent, held)
+    state = agent_reads(holding_agent, held)
     assert state["status"] == ConfirmationStatus.EXECUTED
     assert state["result"]["ok"] is True
     assert Refund.objects.filter(order=order).count() == 1
@@ -262,14 +262,14 @@ def test_a_worker_killed_mid_execution_and_started_again_refunds_exactly_once(
 def test_the_worker_retries_a_failed_webhook_with_backoff_until_it_is_delivered(
     start_worker: StartWorker,
     held_refund: HeldRefund,
-    agent: Agent,
+    holding_agent: Agent,
     webhook_receiver: WebhookReceiver,
     settings: Settings,
     documented_verify: Callable[..., bool],
 ) -> None:
     settings.DEBUG = True
     settings.TOOLGATE_WEBHOOK_ALLOW_PRIVATE = True
-    secret = agent_webhook_set(agent=agent, url=webhook_receiver.url)
+    secret = agent_webhook_set(agent=holding_agent, url=webhook_receiver.url)
     assert secret is not None
     held = held_refund(6_000)
     webhook_receiver.answers.extend([500, 503])
