@@ -179,9 +179,10 @@ def test_concurrent_writers_count_every_call_once_and_a_rebuild_agrees(
     def session(index: int) -> None:
         try:
             barrier.wait(timeout=30)
+            # Each session's calls one after another, as an agent sends them; the sessions at once.
             for round_ in range(5):
-                send(agent, f"s-{index % 4}", "get_order", BAD_READ)
-                send(agent, f"s-{index % 4}", "get_order", GOOD_READ)
+                send(agent, f"s-{index}", "get_order", BAD_READ)
+                send(agent, f"s-{index}", "get_order", GOOD_READ)
                 send(agent, f"s-{index}-{round_}", "refund_order", BAD_REFUND)
         finally:
             connection.close()
