@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("approvals", "0003_votes_events_limits_tokens"),
-        ("dispatch", "0010_agent_webhook"),
+        ("dispatch", "0011_agent_webhook"),
     ]
 
     operations = [

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("dispatch", "0009_call_rollups"),
+        ("dispatch", "0010_host_idempotency_keys"),
     ]
 
     operations = [
