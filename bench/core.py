@@ -11,7 +11,7 @@ The mix is fixed and seeded. Every session holds 20 calls (a new session id ever
 step budget is never reached), and each session is made of exactly:
 
     8  get_order of an existing order                                   40%  OK
-    4  refund_order below the auto-approve amount (distinct amounts)    20%  OK (really executed)
+    4  refund_order below the auto-approve amount                       20%  OK (really executed)
     2  refund_order at or above it                                      10%  CONFIRMATION_REQUIRED
     6  bad calls, the kinds taken in turn from the 7 below              30%
 
@@ -25,6 +25,16 @@ step budget is never reached), and each session is made of exactly:
 
 The 20 calls of a session are shuffled with a seeded RNG (a replay always comes after the refund
 it repeats). Before timing, one pass checks that every call gets the code the mix intends.
+
+Sessions take 64 customers in turn, each with 8 orders of its own, as in bench.api: the risk is
+counted per customer, and a deployment serves many.
+
+Refunds are judged on the money (dispatch/pipeline/allowance.py): a customer's auto-approved
+refunds within the policy's window count against its auto-approve amount, and a refund that
+repeats an executed one (same order, same amount) from another session is held. So the amounts
+are a counter per order, never repeated within a round, and the auto-approve amount is above what
+a round auto-approves in all: the executed refunds stay executed, and the held ones are held for
+their amount alone.
 
 Each round runs every call once, the core on a fresh state and book built outside the timing;
 core and naive rounds alternate. The best round is the figure (other processes can only add
@@ -58,11 +68,19 @@ from orders.tools import order_tools
 TARGET_US = 25.0
 SESSION_CALLS = 20
 AGENT = "bench-agent"
-CUSTOMER = "CUS-1"
-ORDERS = tuple(f"ORD-{1001 + n}" for n in range(8))
+# Sessions take the customers in turn, each with orders of its own, as bench.api's do.
+CUSTOMERS = tuple(f"CUS-{n + 1}" for n in range(64))
+ORDERS_OF = {
+    customer: tuple(f"ORD-{1001 + 8 * c + n}" for n in range(8))
+    for c, customer in enumerate(CUSTOMERS)
+}
 # Large enough that the refunds of every round keep succeeding.
 ORDER_TOTAL_CENTS = 10**13
-AUTO_APPROVE_BELOW_CENTS = 5_000
+# Above the sum of a round's executed refunds (each order's amounts 1, 2, 3, ... cents: about
+# 3 * 10**7 for a round of 100,000 calls), so that none is held for what the customer already got
+# (see the docstring); held refunds are above it, within the schema's largest amount (10**8).
+AUTO_APPROVE_BELOW_CENTS = 5 * 10**7
+MAX_AMOUNT_CENTS = 10**8
 
 BAD_KINDS = (
     "invalid_json",
@@ -85,6 +103,7 @@ SESSION_MIX = (
 class Call:
     kind: str
     session_id: str
+    customer_id: str
     tool: str
     arguments: str
     # The result code the core must give (checked once before timing).
@@ -95,9 +114,9 @@ def policy() -> Policy:
     return Policy(
         version=1,
         allowed_tools=frozenset({"get_order", "refund_order"}),
-        max_amount_cents=1_000_000,
+        max_amount_cents=MAX_AMOUNT_CENTS,
         auto_approve_below_cents=AUTO_APPROVE_BELOW_CENTS,
-        two_reviewers_from_cents=200_000,
+        two_reviewers_from_cents=MAX_AMOUNT_CENTS,
         step_budget=1_000,
         repeat_limit=1_000,
     )
@@ -105,8 +124,9 @@ def policy() -> Policy:
 
 def new_book() -> InMemoryOrderBook:
     book = InMemoryOrderBook()
-    for order_id in ORDERS:
-        book.add(order_id, CUSTOMER, ORDER_TOTAL_CENTS, "BRL")
+    for customer, orders in ORDERS_OF.items():
+        for order_id in orders:
+            book.add(order_id, customer, ORDER_TOTAL_CENTS, "BRL")
     return book
 
 
@@ -129,10 +149,11 @@ def make_calls(count: int, seed: int) -> list[Call]:
     rng = random.Random(seed)
     calls: list[Call] = []
     bad_turn = 0
-    amount = 0
+    refunds_of: Counter[str] = Counter()
     sessions = -(-count // SESSION_CALLS)
     for number in range(sessions):
         session_id = f"bench-{number}"
+        customer = CUSTOMERS[number % len(CUSTOMERS)]
         kinds = [kind for kind, times in SESSION_MIX for _ in range(times)]
         for position, kind in enumerate(kinds):
             if kind == "bad":
@@ -146,13 +167,14 @@ def make_calls(count: int, seed: int) -> list[Call]:
                 kinds[first], kinds[replay] = kinds[replay], kinds[first]
         last_refund: str | None = None
         for kind in kinds:
-            order_id = rng.choice(ORDERS)
+            order_id = rng.choice(ORDERS_OF[customer])
             tool, expect = "refund_order", "OK"
             if kind == "get_order":
                 tool, arguments = "get_order", _args(order_id=order_id)
             elif kind in ("refund_auto", "refund_held"):
-                amount += 1
-                cents = amount % 4_000 + 1
+                # A counter per order: no refund repeats another's order and amount in a round.
+                refunds_of[order_id] += 1
+                cents = refunds_of[order_id]
                 if kind == "refund_held":
                     cents += AUTO_APPROVE_BELOW_CENTS
                     expect = "CONFIRMATION_REQUIRED"
@@ -189,12 +211,12 @@ def make_calls(count: int, seed: int) -> list[Call]:
                 arguments = last_refund
             else:  # pragma: no cover - the mix above is closed
                 raise AssertionError(kind)
-            calls.append(Call(kind, session_id, tool, arguments, expect))
+            calls.append(Call(kind, session_id, customer, tool, arguments, expect))
     return calls
 
 
 def tool_calls(calls: Sequence[Call]) -> list[ToolCall]:
-    return [ToolCall(AGENT, c.session_id, CUSTOMER, c.tool, c.arguments) for c in calls]
+    return [ToolCall(AGENT, c.session_id, c.customer_id, c.tool, c.arguments) for c in calls]
 
 
 def verify(calls: Sequence[Call]) -> tuple[Counter[str], int]:
@@ -235,16 +257,16 @@ def time_naive(calls: Sequence[Call]) -> tuple[float, int, int]:
     """Seconds for the naive loop on the same calls, how many crashed it, and refunds made."""
     book = new_book()
     handlers = {spec.name: (spec.handler, spec.arguments) for spec in order_tools(book)}
-    batch = [(c.tool, c.arguments) for c in calls]
+    batch = [(c.tool, c.arguments, c.customer_id) for c in calls]
     crashed = 0
     loads = json.loads
     gc.collect()
     started = time.perf_counter()
-    for number, (tool, raw) in enumerate(batch):
+    for number, (tool, raw, customer) in enumerate(batch):
         try:
             handler, model = handlers[tool]
             # No checks at all: the parsed values go to the handler as they are.
-            handler(model.model_construct(**loads(raw)), ExecutionContext(CUSTOMER, f"n{number}"))
+            handler(model.model_construct(**loads(raw)), ExecutionContext(customer, f"n{number}"))
         except Exception:
             crashed += 1
     return time.perf_counter() - started, crashed, len(book.receipts)
