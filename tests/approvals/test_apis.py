@@ -115,7 +115,7 @@ def test_an_unknown_confirmation_is_a_404(client: Client) -> None:
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        ({}, "reason: Field required"),
+        ({}, "reason: required"),
         ({"reason": ""}, "reason"),
         ({"reason": 3}, "reason"),
         ({"reason": "x", "amount": 1}, "amount"),
