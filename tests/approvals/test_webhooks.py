@@ -10,10 +10,12 @@ import time
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import transaction
 from pytest_django.fixtures import Settings
 
 from approvals.models import WebhookDelivery, WebhookDeliveryStatus
+from approvals.services import confirmation_approve
 from approvals.webhooks import (
     webhook_deliver,
     webhook_enqueue,
@@ -363,3 +365,28 @@ def test_a_pending_delivery_of_an_agent_whose_webhook_was_removed_sends_nothing(
         "The agent has no webhook any more.",
     )
     assert webhook_receiver.received == []
+
+
+def test_a_decision_and_its_execution_reach_the_agents_webhook(
+    hooked: tuple[Agent, str],
+    webhook_receiver: WebhookReceiver,
+    documented_verify: Verify,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+
+    agent, secret = hooked
+    confirmation = hold_refund(agent)
+    reviewer = User.objects.create_user("ana")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        confirmation_approve(confirmation_id=confirmation.pk, reviewer=reviewer)
+
+    events = [request.headers["Toolgate-Event"] for request in webhook_receiver.received]
+    assert events == ["approved", "executed"]
+    assert all(
+        documented_verify(secret, request.headers["Toolgate-Signature"], request.body)
+        for request in webhook_receiver.received
+    )
+    executed = json.loads(webhook_receiver.received[-1].body)["confirmation"]
+    assert executed["status"] == "executed"
+    assert executed["result"]["ok"] is True
