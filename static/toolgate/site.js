@@ -6,9 +6,9 @@
   // The server shows times in the zone the browser reports (toolgate/timezones.py).
   try {
     var zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
-    if (zone && document.cookie.indexOf("tz=" + encodeURIComponent(zone)) === -1) {
-      document.cookie =
-        "tz=" + encodeURIComponent(zone) + "; path=/; max-age=31536000; SameSite=Lax";
+    // Zone names (America/Sao_Paulo, Etc/GMT+3) need no escaping in a cookie.
+    if (zone && /^[A-Za-z0-9_\/+-]+$/.test(zone) && document.cookie.indexOf("tz=" + zone) === -1) {
+      document.cookie = "tz=" + zone + "; path=/; max-age=31536000; SameSite=Lax";
     }
   } catch (e) {
     // An old browser without Intl: the pages stay in UTC and say so.
