@@ -44,9 +44,7 @@ def manager(make_user: MakeUser) -> User:
 
 
 @pytest.fixture
-def hold_refund(
-    agent: tuple[Agent, str], orders: dict[str, Order]
-) -> HoldRefund:
+def hold_refund(agent: tuple[Agent, str], orders: dict[str, Order]) -> HoldRefund:
     """A refund the pipeline held for a human (5000 or more under the tests' policy)."""
 
     def hold(

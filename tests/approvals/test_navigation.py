@@ -32,9 +32,7 @@ def test_a_reviewer_lands_on_the_queue(client: Client, reviewer: User) -> None:
     assert login(client, "rita") == "/approvals/"
 
 
-def test_a_manager_lands_on_the_home_page_of_their_places(
-    client: Client, manager: User
-) -> None:
+def test_a_manager_lands_on_the_home_page_of_their_places(client: Client, manager: User) -> None:
     manager.user_permissions.add(Permission.objects.get(codename="view_auditrecord"))
 
     landing = login(client, "max")

@@ -16,6 +16,7 @@ from approvals.models import ReviewerLimit
 from dispatch.models import Agent, Confirmation, ConfirmationStatus
 from dispatch.services import call_dispatch
 from tests.approvals.conftest import HoldRefund, MakeUser
+from tests.conftest import MakeAgent
 from tests.factories import OrderFactory
 
 pytestmark = pytest.mark.django_db
@@ -82,7 +83,9 @@ def test_the_queue_shows_a_held_refund_with_its_order_in_the_orders_currency(
 def test_the_queue_formats_dollars_the_american_way(
     client: Client, reviewer: User, hold_refund: HoldRefund
 ) -> None:
-    OrderFactory.create(order_id="ORD-3001", customer_id="CUS-2", total_cents=20_000, currency="USD")
+    OrderFactory.create(
+        order_id="ORD-3001", customer_id="CUS-2", total_cents=20_000, currency="USD"
+    )
     hold_refund(
         5_500, order_id="ORD-3001", currency="USD", customer_id="CUS-2", reason="not_delivered"
     )
@@ -114,9 +117,7 @@ def test_the_queue_leaves_out_an_item_past_its_expiry_and_the_history_shows_it_e
     client: Client, reviewer: User, hold_refund: HoldRefund
 ) -> None:
     held = hold_refund()
-    Confirmation.objects.filter(pk=held.pk).update(
-        expires_at=timezone.now() - timedelta(seconds=1)
-    )
+    Confirmation.objects.filter(pk=held.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     client.force_login(reviewer)
 
     queue = client.get("/approvals/").content.decode()
@@ -202,9 +203,7 @@ def test_the_queue_refresh_says_which_shown_item_someone_else_settled(
 ) -> None:
     gone = hold_refund(6_000)
     staying = hold_refund(7_000)
-    Confirmation.objects.filter(pk=gone.pk).update(
-        expires_at=timezone.now() - timedelta(seconds=1)
-    )
+    Confirmation.objects.filter(pk=gone.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     client.force_login(reviewer)
 
     response = client.get(
@@ -326,17 +325,21 @@ def test_the_history_filters_by_agent_and_date_from_the_query_string(
     client: Client,
     reviewer: User,
     hold_refund: HoldRefund,
-    make_agent: object,
+    make_agent: MakeAgent,
 ) -> None:
     held = hold_refund()
     Confirmation.objects.update(expires_at=timezone.now() - timedelta(minutes=1))
-    other, _ = make_agent()  # type: ignore[operator]
+    other, _ = make_agent()
     today = timezone.localdate()
     client.force_login(reviewer)
 
-    mine = client.get("/approvals/history/", {"agent": held.agent_id, "decided_after": today})
+    mine = client.get(
+        "/approvals/history/", {"agent": held.agent_id, "decided_after": today.isoformat()}
+    )
     theirs = client.get("/approvals/history/", {"agent": other.pk})
-    before = client.get("/approvals/history/", {"decided_before": today - timedelta(days=1)})
+    before = client.get(
+        "/approvals/history/", {"decided_before": (today - timedelta(days=1)).isoformat()}
+    )
 
     assert held.pk in mine.content.decode()
     assert held.pk not in theirs.content.decode()
@@ -344,9 +347,7 @@ def test_the_history_filters_by_agent_and_date_from_the_query_string(
     assert held.pk not in before.content.decode()
 
 
-def test_the_history_answers_a_bad_filter_without_an_error(
-    client: Client, reviewer: User
-) -> None:
+def test_the_history_answers_a_bad_filter_without_an_error(client: Client, reviewer: User) -> None:
     client.force_login(reviewer)
 
     response = client.get("/approvals/history/", {"status": "bogus", "decided_after": "x"})

@@ -14,7 +14,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from dispatch.models import Confirmation, ConfirmationStatus
-from tests.conftest import AgentClient, Ledger
+from tests.conftest import AgentClient
 from tests.e2e.conftest import MakeBrowserUser, OpenTab
 from tests.factories import OrderFactory
 
