@@ -334,7 +334,7 @@ def test_the_history_filters_by_agent_and_date_from_the_query_string(
     client.force_login(reviewer)
 
     mine = client.get(
-        "/approvals/history/", {"agent": held.agent_id, "decided_after": today.isoformat()}
+        "/approvals/history/", {"agent": str(held.agent_id), "decided_after": today.isoformat()}
     )
     theirs = client.get("/approvals/history/", {"agent": other.pk})
     before = client.get(
