@@ -110,6 +110,7 @@ class CallCreateApi(AgentApi):
                 customer_id=envelope.customer_id,
                 tool=envelope.tool,
                 arguments=envelope.arguments,
+                context=envelope.context,
             )
         except SessionConflict:
             raise SessionBoundElsewhere() from None

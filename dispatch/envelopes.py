@@ -31,6 +31,12 @@ class CallEnvelope(BaseModel):
         description="the model's raw argument text (a string) or a JSON object",
         json_schema_extra={"oneOf": [{"type": "string"}, {"type": "object"}]},
     )
+    context: str = Field(
+        default="",
+        max_length=2000,
+        description="optional: what a reviewer should see if the call is held (the customer's own "
+        "words, or the agent's summary); shown escaped, never interpreted",
+    )
 
 
 class CallResultDoc(BaseModel):
@@ -92,7 +98,10 @@ class ConfirmationDoc(BaseModel):
     model_config = ConfigDict(title="Confirmation")
 
     confirmation_id: str
-    status: str
+    status: str = Field(
+        description="pending, approved, executing, executed, failed, unknown, rejected, expired "
+        "or invalidated"
+    )
     tool: str
     arguments: dict[str, Any]
     reviewers_required: int
@@ -100,7 +109,13 @@ class ConfirmationDoc(BaseModel):
     created_at: str
     expires_at: str
     decided_at: str | None
-    result: dict[str, Any] | None = Field(description="the final result contract, once decided")
+    hold_reason: dict[str, Any] | None = Field(description="why the policy held it")
+    decision_code: str | None = Field(description="why it was rejected, invalidated or expired")
+    decision_reason: str | None = Field(description="the reviewer's or the re-check's words")
+    finished_at: str | None = Field(description="when its execution ended")
+    result: dict[str, Any] | None = Field(
+        description="the final result contract, with model_text, once final"
+    )
 
 
 class SessionCallDoc(BaseModel):

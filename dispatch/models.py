@@ -318,3 +318,49 @@ class SecurityEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.status} {self.reason} {self.method} {self.path}"
+
+
+class CallRollup(models.Model):
+    """Calls counted per hour, agent, tool and code, as they are written (dispatch/metrics.py).
+
+    Each call's row is bumped in the statement that appends its audit record, so it is counted
+    exactly once with it; `manage.py rebuild_rollups` recomputes them from the audit records.
+    """
+
+    hour = models.DateTimeField()
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
+    tool = models.CharField(max_length=128)
+    code = models.CharField(max_length=64)
+    calls = models.PositiveIntegerField(default=0)
+    replayed = models.PositiveIntegerField(default=0)
+    # Rejections the model can fix, and how many of them it did fix within its next 3 calls.
+    correctable = models.PositiveIntegerField(default=0)
+    recovered = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hour", "agent", "tool", "code"], name="rollup_per_hour_agent_tool_code"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}h {self.tool} {self.code}: {self.calls}"
+
+
+class PendingRecovery(models.Model):
+    """A rejection the model can fix, until its session's next 3 calls pass it by or fix it."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
+    session_id = models.CharField(max_length=128)
+    step = models.PositiveIntegerField()
+    tool = models.CharField(max_length=128)
+    code = models.CharField(max_length=64)
+    # The rejection's hour, whose rollup row counts its recovery.
+    hour = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["agent", "session_id"], name="pending_recovery_session")]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} step {self.step} {self.tool} {self.code}"

@@ -44,5 +44,12 @@ def confirmation_state(confirmation: Confirmation) -> dict[str, Any]:
         "created_at": confirmation.created_at.isoformat(),
         "expires_at": confirmation.expires_at.isoformat(),
         "decided_at": confirmation.decided_at.isoformat() if confirmation.decided_at else None,
+        # Why it was held; why it was rejected or invalidated (the reviewer's or the re-check's
+        # words), once it was.
+        "hold_reason": confirmation.hold_reason,
+        "decision_code": confirmation.decision_code or None,
+        "decision_reason": confirmation.decision_reason or None,
+        "finished_at": confirmation.finished_at.isoformat() if confirmation.finished_at else None,
+        # The result contract, model_text included, once final.
         "result": confirmation.result,
     }

@@ -120,6 +120,7 @@ def call_dispatch(
     customer_id: str,
     tool: str,
     arguments: str | Mapping[str, Any],
+    context: str = "",
 ) -> CallResult:
     """Run one raw tool call through the pipeline; raises SessionConflict for a foreign session."""
     policy = agent.current_policy
@@ -131,6 +132,7 @@ def call_dispatch(
         customer_id=customer_id,
         tool=tool,
         arguments=arguments,
+        context=context,
     )
     pipeline = _pipeline()
     prepared = pipeline.prepare(call, policy.snapshot())

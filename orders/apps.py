@@ -4,6 +4,8 @@ from django.apps import AppConfig
 class OrdersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "orders"
+    # Written once, never changed: `db_roles` grants the application's role no UPDATE or DELETE.
+    append_only_models = ("Refund",)
 
     def ready(self) -> None:
         # Imported here: the gateway imports models, which need the app registry ready.

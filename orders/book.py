@@ -88,6 +88,10 @@ class OrderBook(Protocol):
         approved_by names the reviewers who approved it; none: the policy let it through."""
         ...
 
+    def receipt_for_key(self, key: str) -> RefundReceipt | None:
+        """The receipt of the refund made under that key, or None if none was."""
+        ...
+
 
 @dataclass
 class InMemoryOrderBook:
@@ -128,6 +132,9 @@ class InMemoryOrderBook:
                 self.faults.lose_response_after_commit -= 1
                 raise OutcomeUnknownError("gateway response lost after commit")
             return receipt
+
+    def receipt_for_key(self, key: str) -> RefundReceipt | None:
+        return self.receipts.get(key)
 
     def _apply(
         self, *, customer_id: str, order_id: str, amount_cents: int, currency: str, key: str

@@ -116,7 +116,7 @@ class OrmOrderBook:
     ) -> RefundReceipt:
         # With faults on, a repeated key is answered before any fault is consumed; without, the
         # refund itself finds a repeated key.
-        receipt = self._receipt_for_key(key) if _faults_on() else None
+        receipt = self.receipt_for_key(key) if _faults_on() else None
         if receipt is None:
             if _fault("fail_before_commit"):
                 raise TransientError("gateway unavailable")
@@ -182,7 +182,7 @@ class OrmOrderBook:
                 total_cents=taken["total_cents"],
             )
         # A repeated key keeps its first answer, whatever the order allows now.
-        first = self._receipt_for_key(key)
+        first = self.receipt_for_key(key)
         if first is not None:
             return first
         if taken is not None:  # pragma: no cover - the conflict was on a committed ledger row
@@ -198,7 +198,7 @@ class OrmOrderBook:
             return RefundRefused(RefundRefused.CURRENCY_MISMATCH, order)
         return RefundRefused(RefundRefused.EXCEEDS_REFUNDABLE, order)
 
-    def _receipt_for_key(self, key: str) -> RefundReceipt | None:
+    def receipt_for_key(self, key: str) -> RefundReceipt | None:
         row = (
             Refund.objects.filter(idempotency_key=key)
             .values_list(

@@ -21,7 +21,7 @@ from dispatch.pipeline.tools import (
     Risk,
     ToolSpec,
 )
-from orders.book import OrderBook, OrderView, RefundRefused, order_lookup
+from orders.book import OrderBook, OrderView, RefundReceipt, RefundRefused, order_lookup
 
 CURRENCIES = ("BRL", "USD", "EUR")
 REFUND_REASONS = ("damaged", "not_delivered", "customer_request")
@@ -83,6 +83,17 @@ def order_as_data(order: OrderView) -> dict[str, Any]:
         "currency": order.currency,
         "refunded_cents": order.refunded_cents,
         "refundable_cents": order.refundable_cents,
+    }
+
+
+def receipt_as_data(receipt: RefundReceipt) -> dict[str, Any]:
+    return {
+        "refund_id": receipt.refund_id,
+        "order_id": receipt.order_id,
+        "amount_cents": receipt.amount_cents,
+        "currency": receipt.currency,
+        "refunded_cents": receipt.refunded_cents,
+        "refundable_cents": receipt.total_cents - receipt.refunded_cents,
     }
 
 
@@ -167,14 +178,11 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
         except RefundRefused as exc:
             # The live state changed between the check and the effect (a concurrent refund).
             raise Refused(_refused(exc, arguments)) from None
-        return {
-            "refund_id": receipt.refund_id,
-            "order_id": receipt.order_id,
-            "amount_cents": receipt.amount_cents,
-            "currency": receipt.currency,
-            "refunded_cents": receipt.refunded_cents,
-            "refundable_cents": receipt.total_cents - receipt.refunded_cents,
-        }
+        return receipt_as_data(receipt)
+
+    def refund_outcome(key: str) -> Mapping[str, Any] | None:
+        receipt = book.receipt_for_key(key)
+        return None if receipt is None else receipt_as_data(receipt)
 
     return (
         ToolSpec(
@@ -203,5 +211,6 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             codes=(ORDER_NOT_FOUND, CURRENCY_MISMATCH, AMOUNT_EXCEEDS_REFUNDABLE),
             lookup=_the_order,
             review_context=refund_review_context,
+            outcome_of=refund_outcome,
         ),
     )

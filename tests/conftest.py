@@ -187,6 +187,7 @@ class AgentClient:
         *,
         session: str = "s-1",
         customer: str = "CUS-1",
+        context: str | None = None,
     ) -> requests.Response:
         envelope = {
             "session_id": session,
@@ -194,6 +195,8 @@ class AgentClient:
             "tool": tool,
             "arguments": arguments,
         }
+        if context is not None:
+            envelope["context"] = context
         return self.post_body(json.dumps(envelope))
 
     def call(self, tool: str, arguments: Any, **envelope: str) -> dict[str, Any]:

@@ -82,6 +82,13 @@ CONFIRMATION_REQUIRED = Code(
     False,
     False,
 )
+CONFIRMATION_REJECTED = Code(
+    "CONFIRMATION_REJECTED",
+    7,
+    "A reviewer rejected the held call; `message` gives their reason. Do not send it again.",
+    False,
+    False,
+)
 UPSTREAM_UNAVAILABLE = Code(
     "UPSTREAM_UNAVAILABLE",
     8,
@@ -105,6 +112,7 @@ CORE_CODES: tuple[Code, ...] = (
     CALL_IN_PROGRESS,
     POLICY_LIMIT,
     CONFIRMATION_REQUIRED,
+    CONFIRMATION_REJECTED,
     UPSTREAM_UNAVAILABLE,
     INTERNAL_ERROR,
 )
@@ -121,6 +129,9 @@ class CodeCatalogue:
                 raise ValueError(f"code {code.name} is declared twice, differently")
             by_name[code.name] = code
         self._by_name = dict(sorted(by_name.items(), key=lambda item: (item[1].stage, item[0])))
+        self._model_fixable = frozenset(
+            name for name, code in self._by_name.items() if code.model_fixable
+        )
 
     def __iter__(self) -> Iterator[Code]:
         return iter(self._by_name.values())
@@ -132,4 +143,4 @@ class CodeCatalogue:
         return self._by_name[name]
 
     def model_fixable(self) -> frozenset[str]:
-        return frozenset(name for name, code in self._by_name.items() if code.model_fixable)
+        return self._model_fixable

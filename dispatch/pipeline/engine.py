@@ -177,6 +177,88 @@ def _answered(
     return result, status
 
 
+class Refusal(NamedTuple):
+    """Why a call does not pass a check: its code, words for the model, and data."""
+
+    code: Code
+    message: str
+    data: Mapping[str, Any] = {}
+
+
+def allowed_tool(registry: ToolRegistry, policy: Policy, name: str) -> ToolSpec[Any] | Refusal:
+    """Stage 1: the tool of that name, if it exists and is on the policy's allowlist."""
+    spec = registry.get(name)
+    if spec is None:
+        offered = sorted(t.name for t in registry if t.name in policy.allowed_tools)
+        return Refusal(
+            codes.UNKNOWN_TOOL,
+            f"tool: no tool is named {name[:64]!r} "
+            f"(the tools you can call are: {', '.join(offered) or 'none'})",
+        )
+    if spec.name not in policy.allowed_tools:
+        return Refusal(codes.TOOL_NOT_ALLOWED, f"tool: {spec.name} is not allowed for this agent")
+    return spec
+
+
+def valid_arguments(spec: ToolSpec[Any], document: Mapping[str, Any]) -> BaseModel | Refusal:
+    """Stage 3: the arguments validated strictly against the tool's schema."""
+    try:
+        # model_validate, called on pydantic's validator directly.
+        model: BaseModel = spec.arguments.__pydantic_validator__.validate_python(
+            document, strict=True
+        )
+    except ValidationError as exc:
+        return Refusal(codes.INVALID_ARGUMENTS, describe_validation_error(spec.arguments, exc))
+    return model
+
+
+def rules_refusal(
+    spec: ToolSpec[Any],
+    arguments: BaseModel,
+    customer_id: str,
+    policy: Policy,
+    read_ahead: ReadAhead | None = None,
+) -> Refusal | None:
+    """Stages 5 and 6: the tool's business rules against the live state, then the policy's
+    limits."""
+    if spec.check is not None:
+        rejection = spec.check(arguments, CheckContext(customer_id, read_ahead))
+        if rejection is not None:
+            return Refusal(rejection.code, rejection.message, rejection.data)
+    amount = spec.amount_of(arguments)
+    if amount is not None and amount > policy.max_amount_cents:
+        return Refusal(
+            codes.POLICY_LIMIT,
+            f"{spec.amount_field}: {amount} is above this agent's limit of "
+            f"{policy.max_amount_cents} per call (a human must handle larger amounts)",
+            {"limit_cents": policy.max_amount_cents},
+        )
+    return None
+
+
+def recheck(
+    registry: ToolRegistry,
+    policy: Policy,
+    *,
+    tool: str,
+    arguments: Mapping[str, Any],
+    customer_id: str,
+) -> tuple[ToolSpec[Any], BaseModel] | Refusal:
+    """Judge a held call again, as the pipeline judged it, under this policy and the state of
+    this moment: the allowlist, the arguments validated again, business rules, policy limits.
+
+    What approval runs before a confirmation may execute (stage 7's allowance is not part of it:
+    a human is approving the money)."""
+    spec = allowed_tool(registry, policy, tool)
+    if isinstance(spec, Refusal):
+        return spec
+    model = valid_arguments(spec, arguments)
+    if isinstance(model, Refusal):
+        return model
+    refusal = rules_refusal(spec, model, customer_id, policy)
+    return refusal if refusal is not None else (spec, model)
+
+
 class Pipeline:
     def __init__(
         self,
@@ -365,23 +447,9 @@ class Pipeline:
 
     def _stages_1_to_3(self, call: ToolCall, policy: Policy, call_id: str) -> _Checked | CallResult:
         # 1. Known tool, and on this agent's allowlist.
-        spec = self.registry.get(call.tool)
-        if spec is None:
-            offered = sorted(t.name for t in self.registry if t.name in policy.allowed_tools)
-            return _rejected(
-                call,
-                call_id,
-                codes.UNKNOWN_TOOL,
-                f"tool: no tool is named {call.tool[:64]!r} "
-                f"(the tools you can call are: {', '.join(offered) or 'none'})",
-            )
-        if spec.name not in policy.allowed_tools:
-            return _rejected(
-                call,
-                call_id,
-                codes.TOOL_NOT_ALLOWED,
-                f"tool: {spec.name} is not allowed for this agent",
-            )
+        spec = allowed_tool(self.registry, policy, call.tool)
+        if isinstance(spec, Refusal):
+            return _rejected(call, call_id, spec.code, spec.message)
 
         # 2. One strict JSON object within the size limit.
         try:
@@ -399,18 +467,10 @@ class Pipeline:
             )
 
         # 3. The tool's schema, strictly: no coercion, no unknown fields.
-        # model_validate and model_dump, called on pydantic's validator and serializer directly.
-        try:
-            arguments: BaseModel = spec.arguments.__pydantic_validator__.validate_python(
-                document, strict=True
-            )
-        except ValidationError as exc:
-            return _rejected(
-                call,
-                call_id,
-                codes.INVALID_ARGUMENTS,
-                describe_validation_error(spec.arguments, exc),
-            )
+        arguments = valid_arguments(spec, document)
+        if isinstance(arguments, Refusal):
+            return _rejected(call, call_id, arguments.code, arguments.message)
+        # model_dump, called on pydantic's serializer directly.
         validated = arguments.__pydantic_serializer__.to_python(arguments, mode="json")
         canonical = canonical_json(validated)
         key = idempotency_key(
@@ -428,26 +488,11 @@ class Pipeline:
         state: StatePort,
     ) -> Execution:
         spec, arguments, validated, canonical, read_ahead = checked
-        # 5. Business rules against the live state of the system of record.
-        if spec.check is not None:
-            rejection = spec.check(arguments, CheckContext(call.customer_id, read_ahead))
-            if rejection is not None:
-                return _answered(
-                    spec, call_id, _KEY_OPEN, rejection.code, rejection.message, rejection.data
-                )
-
-        # 6. The agent's policy limits.
+        # 5 and 6. Business rules against the live state, then the agent's policy limits.
+        refusal = rules_refusal(spec, arguments, call.customer_id, policy, read_ahead)
+        if refusal is not None:
+            return _answered(spec, call_id, _KEY_OPEN, refusal.code, refusal.message, refusal.data)
         amount = spec.amount_of(arguments)
-        if amount is not None and amount > policy.max_amount_cents:
-            return _answered(
-                spec,
-                call_id,
-                _KEY_OPEN,
-                codes.POLICY_LIMIT,
-                f"{spec.amount_field}: {amount} is above this agent's limit of "
-                f"{policy.max_amount_cents} per call (a human must handle larger amounts)",
-                {"limit_cents": policy.max_amount_cents},
-            )
 
         # 7. A human decides where the risk calls for it; only calls that would succeed get here.
         key = trace.key or ""
@@ -493,6 +538,7 @@ class Pipeline:
                     created_at=now,
                     expires_at=now + timedelta(seconds=policy.confirmation_ttl_seconds),
                     reason=hold._asdict(),
+                    host_context=call.context,
                 )
                 state.hold(confirmation)
                 trace.confirmation_id = confirmation.confirmation_id
@@ -542,15 +588,23 @@ class Pipeline:
         self, call_id: str, confirmation: PendingConfirmation, *, replayed: bool
     ) -> CallResult:
         data = confirmation_data(confirmation)
+        if confirmation.status == "pending":
+            message = (
+                f"{confirmation.tool} is held for human approval as confirmation "
+                f"{confirmation.confirmation_id}, until {data['expires_at']}"
+                + (f": {confirmation.reason['message']}." if confirmation.reason else ".")
+            )
+        else:
+            message = (
+                f"{confirmation.tool} was approved as confirmation "
+                f"{confirmation.confirmation_id} and is {confirmation.status}; "
+                "send the same call again later for its result."
+            )
         result = make_result(
             call_id=call_id,
             tool=confirmation.tool,
             code=codes.CONFIRMATION_REQUIRED,
-            message=(
-                f"{confirmation.tool} is held for human approval as confirmation "
-                f"{confirmation.confirmation_id}, until {data['expires_at']}"
-                + (f": {confirmation.reason['message']}." if confirmation.reason else ".")
-            ),
+            message=message,
             data=data,
         )
         return replace(result, replayed=True) if replayed else result
@@ -569,7 +623,7 @@ class Pipeline:
 def confirmation_data(confirmation: PendingConfirmation) -> dict[str, Any]:
     return {
         "confirmation_id": confirmation.confirmation_id,
-        "status": "pending",
+        "status": confirmation.status,
         "expires_at": confirmation.expires_at.isoformat(),
         "arguments": dict(confirmation.arguments),
         "reviewers_required": confirmation.reviewers_required,

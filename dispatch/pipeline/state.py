@@ -56,6 +56,10 @@ class PendingConfirmation(NamedTuple):
     expires_at: datetime
     # Why it is held (allowance.HoldReason as data: kind, message, data).
     reason: Mapping[str, Any] | None = None
+    # pending until a human decides; approved, executing or unknown while its execution is due.
+    status: str = "pending"
+    # The host's context for the reviewer (ToolCall.context).
+    host_context: str = ""
 
 
 class Claim(NamedTuple):

@@ -35,6 +35,9 @@ class ToolCall:
     tool: str
     # The model's raw text, or an object the host already parsed.
     arguments: str | Mapping[str, Any]
+    # What the host sends along for a reviewer (the customer's words, the agent's summary):
+    # kept with a held call, shown escaped, never interpreted.
+    context: str = ""
 
 
 class CheckContext(NamedTuple):
@@ -112,6 +115,9 @@ class ToolSpec(Generic[Args]):
     # What a reviewer sees of the live state before deciding a held call (for a refund: the
     # order's total, what is refunded and what remains), from its arguments and customer's id.
     review_context: ReviewContext[Args] | None = None
+    # What the system of record did under an idempotency key (a refund's receipt), or None if
+    # nothing: how an execution whose outcome was lost is reconciled.
+    outcome_of: Callable[[str], Mapping[str, Any] | None] | None = None
 
     def __post_init__(self) -> None:
         for kind in ("amount_field", "currency_field", "subject_field"):

@@ -54,9 +54,16 @@ class Backend(Protocol):
         """
         ...
 
-    def settle_and_audit(
-        self, cursor: CursorWrapper, settle: Mapping[str, Any], audit: Mapping[str, Any]
-    ) -> None: ...
+    def end_call(
+        self,
+        cursor: CursorWrapper,
+        settle: Mapping[str, Any] | None,
+        audit: Mapping[str, Any],
+        counts: Mapping[str, Any],
+    ) -> None:
+        """Settle the key (if any), append the audit record, count the call in its rollup and
+        settle its session's pending rejections, all in the call's last request."""
+        ...
 
 
 class PostgreSQL:
@@ -95,10 +102,15 @@ class PostgreSQL:
             row.pop("nothing")
         return row
 
-    def settle_and_audit(
-        self, cursor: CursorWrapper, settle: Mapping[str, Any], audit: Mapping[str, Any]
+    def end_call(
+        self,
+        cursor: CursorWrapper,
+        settle: Mapping[str, Any] | None,
+        audit: Mapping[str, Any],
+        counts: Mapping[str, Any],
     ) -> None:
-        cursor.execute(sql.SETTLE_AND_AUDIT_POSTGRESQL, {**settle, **audit})
+        statement = sql.END_ONLY_POSTGRESQL if settle is None else sql.END_WITH_SETTLE_POSTGRESQL
+        cursor.execute(statement, {**(settle or {}), **audit, **counts})
 
 
 def _commits_on_its_own() -> bool:
@@ -142,14 +154,41 @@ class SQLite:
         claimed = fetch_row(cursor)
         return {**step, **(claimed or {})}
 
-    def settle_and_audit(
-        self, cursor: CursorWrapper, settle: Mapping[str, Any], audit: Mapping[str, Any]
+    def end_call(
+        self,
+        cursor: CursorWrapper,
+        settle: Mapping[str, Any] | None,
+        audit: Mapping[str, Any],
+        counts: Mapping[str, Any],
     ) -> None:
-        cursor.execute(sql.SETTLE, settle)
+        if settle is not None:
+            cursor.execute(sql.SETTLE, settle)
         cursor.execute(sql.AUDIT, audit)
+        params = {**audit, **counts}
+        cursor.execute(sql.ROLLUP, only(params, *_ROLLUP_PARAMS))
+        cursor.execute(sql.RECOVERIES, only(params, *_RECOVERIES_PARAMS))
+        recovered: dict[tuple[Any, str, str], int] = {}
+        for hour, tool, code, was_recovered in cursor.fetchall():
+            if was_recovered:
+                recovered[hour, tool, code] = recovered.get((hour, tool, code), 0) + 1
+        for (hour, tool, code), count in recovered.items():
+            cursor.execute(
+                sql.RECOVERED,
+                {
+                    "hour": hour,
+                    "agent_id": audit["agent_id"],
+                    "tool": tool,
+                    "code": code,
+                    "recovered": count,
+                },
+            )
+        cursor.execute(sql.PENDING, only(params, *_PENDING_PARAMS))
 
 
 _STEP_PARAMS = ("agent_id", "session_id", "customer_id", "now")
+_ROLLUP_PARAMS = ("hour", "agent_id", "tool", "code", "replayed_count", "correctable_count")
+_RECOVERIES_PARAMS = ("agent_id", "session_id", "call_step", "passes", "tool")
+_PENDING_PARAMS = ("agent_id", "session_id", "call_step", "tool", "code", "hour", "correctable")
 CLAIM_PARAMS = ("key", "agent_id", "session_id", "tool", "new_status", "count", "now")
 
 

@@ -17,6 +17,7 @@ from django.db.backends.utils import CursorWrapper
 from django.utils.dateparse import parse_datetime
 
 from dispatch.models import AuditRecord, Confirmation, IdempotencyRecord
+from dispatch.pipeline import codes
 from dispatch.pipeline.allowance import AllowanceHistory, AllowanceRequest, HoldReason
 from dispatch.pipeline.state import (
     AuditEntry,
@@ -149,7 +150,8 @@ class OrmState:
                 attempts=attempts,
                 repeat_limit=request.repeat_limit,
                 exclusive=request.exclusive,
-                confirmation_live=expiry is not None and expiry > request.now,
+                # A held key's confirmation that was approved no longer expires (no expiry).
+                confirmation_live=expiry is None or expiry > request.now,
             )
             if new_status is not status:
                 self.cursor.execute(
@@ -190,6 +192,7 @@ class OrmState:
                 reviewers_required=confirmation.reviewers_required,
                 amount_cents=confirmation.amount_cents,
                 hold_reason=dict(confirmation.reason) if confirmation.reason else None,
+                host_context=confirmation.host_context,
                 created_at=confirmation.created_at,
                 expires_at=confirmation.expires_at,
             )
@@ -220,10 +223,12 @@ class OrmState:
             "policy_version": entry.policy_version,
             "duration_ms": entry.duration_ms,
         }
-        if settlement is None:
-            self.cursor.execute(sql.AUDIT, audit)
-        else:
-            self.backend.settle_and_audit(self.cursor, _settle_params(settlement), audit)
+        self.backend.end_call(
+            self.cursor,
+            None if settlement is None else _settle_params(settlement),
+            audit,
+            _counts(entry, self.registry.catalogue.model_fixable()),
+        )
 
     def reserve_allowance(
         self, request: AllowanceRequest, judge: Callable[[AllowanceHistory], HoldReason | None]
@@ -246,6 +251,23 @@ def _first_decision(request: ClaimRequest) -> tuple[Verdict, KeyStatus]:
         exclusive=request.exclusive,
         confirmation_live=False,
     )
+
+
+def _counts(entry: AuditEntry, model_fixable: frozenset[str]) -> dict[str, Any]:
+    """What the call's rollup row and its session's pending rejections need of it."""
+    passes = entry.ok or entry.code == CONFIRMATION_REQUIRED_CODE
+    correctable = not passes and entry.code in model_fixable and entry.step is not None
+    return {
+        "hour": _db_time(entry.at.replace(minute=0, second=0, microsecond=0)),
+        "replayed_count": int(entry.replayed),
+        "correctable_count": int(correctable),
+        "correctable": correctable,
+        "passes": passes,
+        "call_step": entry.step or 0,
+    }
+
+
+CONFIRMATION_REQUIRED_CODE = codes.CONFIRMATION_REQUIRED.name
 
 
 def _settle_params(settlement: Settlement) -> dict[str, Any]:
@@ -316,4 +338,6 @@ def _pending(confirmation_id: str) -> PendingConfirmation | None:
         created_at=held.created_at,
         expires_at=held.expires_at,
         reason=held.hold_reason,
+        status=held.status,
+        host_context=held.host_context,
     )

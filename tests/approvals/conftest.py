@@ -1,8 +1,9 @@
-"""Reviewers, and refunds held by the real pipeline, for the reviewer pages' tests."""
+"""Held refunds to decide, and the reviewers who decide them."""
 
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -11,8 +12,66 @@ from django.contrib.auth.models import Group, User
 
 from approvals.selectors import MANAGERS_GROUP, REVIEWERS_GROUP
 from dispatch.models import Agent, Confirmation
+from dispatch.pipeline.results import CallResult
 from dispatch.services import call_dispatch
 from orders.models import Order
+from tests.conftest import MakeAgent
+from tests.factories import OrderFactory
+
+HeldRefund = Callable[..., Confirmation]
+
+
+@pytest.fixture
+def order(db: None) -> Order:
+    return OrderFactory.create(order_id="ORD-3001", customer_id="CUS-7", total_cents=90_000)
+
+
+@pytest.fixture
+def agent(make_agent: MakeAgent) -> Agent:
+    # Refunds from 50.00 are held; from 200.00 two reviewers decide.
+    return make_agent(auto_approve_below_cents=5_000, two_reviewers_from_cents=20_000)[0]
+
+
+def refund_call(
+    agent: Agent, amount_cents: int, *, session: str = "s-1", order_id: str = "ORD-3001"
+) -> CallResult:
+    return call_dispatch(
+        agent=agent,
+        session_id=session,
+        customer_id="CUS-7",
+        tool="refund_order",
+        arguments=json.dumps(
+            {
+                "order_id": order_id,
+                "amount_cents": amount_cents,
+                "currency": "BRL",
+                "reason": "damaged",
+            }
+        ),
+    )
+
+
+@pytest.fixture
+def held_refund(agent: Agent, order: Order) -> HeldRefund:
+    def hold(amount_cents: int = 6_000, **extra: Any) -> Confirmation:
+        result = refund_call(agent, amount_cents, **extra)
+        assert result.code == "CONFIRMATION_REQUIRED", result.message
+        return Confirmation.objects.get(pk=result.data["confirmation_id"])
+
+    return hold
+
+
+@pytest.fixture
+def reviewers(db: None) -> list[User]:
+    group, _ = Group.objects.get_or_create(name="reviewers")
+    people = [User.objects.create_user(name, password="pw") for name in ("ana", "bruno", "carla")]
+    for person in people:
+        person.groups.add(group)
+    return people
+
+
+# The reviewer pages' fixtures: users by role, and refunds of the tests' usual orders held by the
+# real pipeline.
 
 _sessions = itertools.count(1)
 
@@ -44,8 +103,8 @@ def manager(make_user: MakeUser) -> User:
 
 
 @pytest.fixture
-def hold_refund(agent: tuple[Agent, str], orders: dict[str, Order]) -> HoldRefund:
-    """A refund the pipeline held for a human (5000 or more under the tests' policy)."""
+def hold_refund(agent: Agent, orders: dict[str, Order]) -> HoldRefund:
+    """A refund of ORD-1001 (CUS-1, 120,00 BRL) or another order, held for a human."""
 
     def hold(
         amount_cents: int = 6_000,
@@ -57,7 +116,7 @@ def hold_refund(agent: tuple[Agent, str], orders: dict[str, Order]) -> HoldRefun
         reason: str = "damaged",
     ) -> Confirmation:
         result = call_dispatch(
-            agent=agent[0],
+            agent=agent,
             session_id=session_id or f"s-{next(_sessions)}",
             customer_id=customer_id,
             tool="refund_order",

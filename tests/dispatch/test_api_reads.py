@@ -142,6 +142,7 @@ def test_the_code_catalogue_lists_every_code_with_its_meaning(api: AgentClient) 
         "AMOUNT_EXCEEDS_REFUNDABLE",
         "POLICY_LIMIT",
         "CONFIRMATION_REQUIRED",
+        "CONFIRMATION_REJECTED",
         "UPSTREAM_UNAVAILABLE",
         "INTERNAL_ERROR",
     }

@@ -19,6 +19,7 @@ from dispatch.registry import tool_registry
 from dispatch.services import call_dispatch
 from dispatch.store import OrmState
 from orders.book import OrderView, order_lookup
+from orders.gateway import OrmOrderBook
 from orders.models import Order
 from tests.conftest import MakeAgent
 
@@ -107,7 +108,16 @@ def test_a_refunds_check_uses_the_order_read_ahead_and_its_answer_is_right(
     make_agent: MakeAgent, orders: dict[str, Order]
 ) -> None:
     agent, _ = make_agent()
-    Order.objects.filter(pk=orders["ORD-1001"].pk).update(refunded_cents=11_500)
+    # An earlier refund, with its ledger row: the database refuses refunded_cents without one.
+    OrmOrderBook().refund(
+        customer_id="CUS-1",
+        order_id="ORD-1001",
+        amount_cents=11_500,
+        currency="BRL",
+        reason="damaged",
+        key="earlier",
+        approved_by=(),
+    )
     arguments = {
         "order_id": "ORD-1001",
         "amount_cents": 600,

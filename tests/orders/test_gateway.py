@@ -162,14 +162,14 @@ def test_a_twin_that_committed_first_answers_and_our_update_is_rolled_back(
 ) -> None:
     first = refund(amount_cents=1000, key="key-1")
     # As if a concurrent call with the same key committed between our lookup and our insert.
-    real_lookup = book._receipt_for_key
+    real_lookup = book.receipt_for_key
     lookups: list[str] = []
 
     def lookup_missing_the_twin_once(key: str) -> RefundReceipt | None:
         lookups.append(key)
         return None if len(lookups) == 1 else real_lookup(key)
 
-    monkeypatch.setattr(book, "_receipt_for_key", lookup_missing_the_twin_once)
+    monkeypatch.setattr(book, "receipt_for_key", lookup_missing_the_twin_once)
 
     again = refund(amount_cents=1000, key="key-1")
 

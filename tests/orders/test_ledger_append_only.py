@@ -1,10 +1,13 @@
-"""A refund that took effect cannot be edited or removed, not even with SQL (PostgreSQL)."""
+"""A refund that took effect cannot be edited or removed, not even with SQL (PostgreSQL), and an
+order's refunded_cents cannot move without its ledger row."""
 
 from __future__ import annotations
 
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
+from pytest_django.fixtures import Settings
 
+from orders.book import RefundReceipt
 from orders.gateway import OrmOrderBook
 from orders.models import Order, Refund
 from tests.factories import OrderFactory
@@ -12,7 +15,7 @@ from tests.factories import OrderFactory
 pytestmark = [
     pytest.mark.django_db,
     pytest.mark.skipif(
-        connection.vendor != "postgresql", reason="the append-only trigger is PostgreSQL's"
+        connection.vendor != "postgresql", reason="the ledger's triggers are PostgreSQL's"
     ),
 ]
 
@@ -51,3 +54,66 @@ def test_the_database_refuses_to_change_or_remove_a_ledger_row(
         cursor.execute(statement, [refund.pk])
 
     assert Refund.objects.get(pk=refund.pk).amount_cents == 1000
+
+
+# What follows commits: the check on refunded_cents runs at commit, which a test's own
+# transaction never reaches.
+commits = pytest.mark.django_db(transaction=True)
+
+
+@commits
+def test_the_database_refuses_to_commit_refunded_cents_without_a_ledger_row() -> None:
+    order: Order = OrderFactory.create(order_id="ORD-1001")
+
+    with pytest.raises(IntegrityError, match="ledger rows add up to 0"), transaction.atomic():
+        Order.objects.filter(pk=order.pk).update(refunded_cents=1000)
+
+    order.refresh_from_db()
+    assert order.refunded_cents == 0
+
+
+@commits
+def test_the_database_refuses_to_commit_a_ledger_row_the_order_did_not_take() -> None:
+    order: Order = OrderFactory.create(order_id="ORD-1001")
+
+    with pytest.raises(IntegrityError, match="ledger rows add up to 1000"), transaction.atomic():
+        Refund.objects.create(
+            order=order,
+            idempotency_key="k-1",
+            amount_cents=1000,
+            currency=order.currency,
+            reason="damaged",
+            approval="policy",
+            refunded_cents_after=1000,
+        )
+
+    assert not Refund.objects.exists()
+
+
+@commits
+def test_a_refund_whose_key_was_taken_gives_its_amount_back_and_commits(
+    settings: Settings,
+) -> None:
+    # Without the fault switch the gateway does not look the key up first: the second refund
+    # takes the amount, finds the key in the ledger, and gives the amount back.
+    settings.TOOLGATE_GATEWAY_FAULTS = False
+    order: Order = OrderFactory.create(order_id="ORD-1001", customer_id="CUS-1")
+    first = _refund_ord_1001(key="k-1")
+
+    again = _refund_ord_1001(key="k-1")
+
+    assert again == first
+    order.refresh_from_db()
+    assert (Refund.objects.count(), order.refunded_cents) == (1, 1000)
+
+
+def _refund_ord_1001(*, key: str) -> RefundReceipt:
+    return OrmOrderBook().refund(
+        customer_id="CUS-1",
+        order_id="ORD-1001",
+        amount_cents=1000,
+        currency="BRL",
+        reason="damaged",
+        key=key,
+        approved_by=(),
+    )

@@ -187,6 +187,14 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = TIME_ZONE
+# Expire held calls that no reviewer decided in time (reading one past its expiry already shows
+# it expired; this makes it so for the queue and the counts).
+CELERY_BEAT_SCHEDULE = {
+    "expire-confirmations": {
+        "task": "approvals.tasks.confirmations_expire_task",
+        "schedule": env.float("CONFIRMATION_EXPIRY_SECONDS", default=60.0),
+    },
+}
 
 LOG_LEVEL = env("LOG_LEVEL", default="INFO")
 LOGGING = {

@@ -1,7 +1,9 @@
+from pathlib import Path
+
 from django.core.exceptions import ImproperlyConfigured
 
 from toolgate.settings.base import *  # noqa: F403
-from toolgate.settings.base import CACHES, DATABASES, STORAGES, env
+from toolgate.settings.base import BASE_DIR, CACHES, DATABASES, STORAGES, env
 
 DEBUG = False
 SECRET_KEY = env("SECRET_KEY")
@@ -33,6 +35,8 @@ CSRF_COOKIE_SECURE = True
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 
+# Where collectstatic writes and nginx serves /static/ from (deploy/nginx/toolgate.conf).
+STATIC_ROOT = Path(env("STATIC_ROOT", default=str(BASE_DIR / "staticfiles")))
 STORAGES = {
     **STORAGES,
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},

@@ -10,3 +10,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Throttling is tested on purpose with its own rate, never by accident.
 TOOLGATE_AGENT_THROTTLE_RATE = env("AGENT_THROTTLE_RATE", default="1000000/min")
+
+# Tasks run in-process right after the commit that enqueues them, as in the embedded default,
+# even where CELERY_BROKER_URL names Redis; the tests of a real worker start one on purpose.
+CELERY_TASK_ALWAYS_EAGER = True
+CELERY_TASK_EAGER_PROPAGATES = True

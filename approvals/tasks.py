@@ -1,0 +1,19 @@
+"""Celery tasks: each loads an id and calls a service, nothing more."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from approvals.services import confirmation_execute, confirmations_expire_due
+
+
+# acks_late: a task whose worker dies mid-way is delivered again (after the broker's visibility
+# timeout) and finishes the execution under the same key.
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def confirmation_execute_task(confirmation_id: str) -> None:
+    confirmation_execute(confirmation_id=confirmation_id)
+
+
+@shared_task
+def confirmations_expire_task() -> int:
+    return confirmations_expire_due()

@@ -1,0 +1,314 @@
+"""The figures managers read: one module for the dashboard, the metrics API and the simulator.
+
+Calls are counted in hourly rollups (dispatch.models.CallRollup) as they are written, so a figure
+over any range reads a few thousand rows whatever the number of calls. Definitions
+(../shared/PRODUCT.md, "Audit and metrics"):
+
+- rejected: not ok and not held for confirmation;
+- recovery: of the rejections whose code the model can fix, the share followed within the next 3
+  calls of the same session by a call to the same tool that passes validation (ok, or held).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncHour
+
+from dispatch.models import AuditRecord, CallRollup, Confirmation, PendingRecovery
+from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, OK
+
+NOT_REJECTED = frozenset({OK.name, CONFIRMATION_REQUIRED.name})
+# How many of a session's next calls may fix a rejection.
+RECOVERY_CALLS = 3
+
+
+@dataclass
+class Tally:
+    calls: int = 0
+    rejected: int = 0
+    replayed: int = 0
+    correctable: int = 0
+    recovered: int = 0
+
+    @property
+    def rejection_rate(self) -> float | None:
+        return self.rejected / self.calls if self.calls else None
+
+    @property
+    def recovery_rate(self) -> float | None:
+        return self.recovered / self.correctable if self.correctable else None
+
+    def add(self, code: str, sums: Mapping[str, Any]) -> None:
+        self.calls += sums["calls"]
+        self.rejected += sums["calls"] if code not in NOT_REJECTED else 0
+        self.replayed += sums["replayed"]
+        self.correctable += sums["correctable"]
+        self.recovered += sums["recovered"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "rejected": self.rejected,
+            "rejection_rate": self.rejection_rate,
+            "replayed": self.replayed,
+            "correctable": self.correctable,
+            "recovered": self.recovered,
+            "recovery_rate": self.recovery_rate,
+        }
+
+
+@dataclass
+class CallFigures:
+    total: Tally = field(default_factory=Tally)
+    by_tool: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))
+    by_code: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))
+    by_tool_code: dict[tuple[str, str], Tally] = field(default_factory=lambda: defaultdict(Tally))
+    # Calls per time bucket and code, for a chart of the rejection rate stacked by code.
+    by_bucket_code: dict[tuple[datetime, str], int] = field(
+        default_factory=lambda: defaultdict(int)
+    )
+
+    def per_tool(self, code: str) -> dict[str, int]:
+        """How many calls of each tool ended with that code (loops, step limits)."""
+        return {tool: tally.calls for (tool, c), tally in self.by_tool_code.items() if c == code}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "total": self.total.as_dict(),
+            "by_tool": {tool: tally.as_dict() for tool, tally in sorted(self.by_tool.items())},
+            "by_code": {code: tally.as_dict() for code, tally in sorted(self.by_code.items())},
+            "by_tool_and_code": [
+                {"tool": tool, "code": code, **tally.as_dict()}
+                for (tool, code), tally in sorted(self.by_tool_code.items())
+            ],
+            "replays_by_tool": {
+                tool: tally.replayed for tool, tally in sorted(self.by_tool.items())
+            },
+            "loop_detections_by_tool": self.per_tool("LOOP_DETECTED"),
+            "step_limits_by_tool": self.per_tool("STEP_LIMIT"),
+            "over_time": [
+                {"bucket": bucket.isoformat(), "code": code, "calls": calls}
+                for (bucket, code), calls in sorted(self.by_bucket_code.items())
+            ],
+        }
+
+
+def call_figures(
+    *,
+    since: datetime,
+    until: datetime,
+    agent_id: int | None = None,
+    tool: str | None = None,
+    bucket: timedelta = timedelta(hours=1),
+) -> CallFigures:
+    """The call figures of the hours from `since` up to `until` (rounded down to the hour).
+
+    The database sums the rollups: what comes back is a row per tool and code, and per time
+    bucket and code, however many calls the range holds."""
+    figures = CallFigures()
+    rollups = _rollups(since, until, agent_id, tool)
+    for sums in rollups.values("tool", "code").annotate(**_SUMS).order_by():
+        tool_name, code = sums["tool"], sums["code"]
+        figures.total.add(code, sums)
+        figures.by_tool[tool_name].add(code, sums)
+        figures.by_code[code].add(code, sums)
+        figures.by_tool_code[tool_name, code].add(code, sums)
+    truncate = TruncDay if bucket >= timedelta(days=1) else TruncHour
+    per_bucket = (
+        rollups.annotate(bucket=truncate("hour"))
+        .values("bucket", "code")
+        .annotate(calls=Sum("calls"))
+        .order_by()
+    )
+    for row in per_bucket:
+        figures.by_bucket_code[row["bucket"], row["code"]] += row["calls"]
+    return figures
+
+
+_SUMS = {
+    "calls": Sum("calls"),
+    "replayed": Sum("replayed"),
+    "correctable": Sum("correctable"),
+    "recovered": Sum("recovered"),
+}
+
+
+def confirmation_outcomes(
+    *, since: datetime, until: datetime, agent_id: int | None = None, tool: str | None = None
+) -> dict[str, Any]:
+    """Held calls created in the range: how they ended, and how long a decision took."""
+    held = Confirmation.objects.filter(created_at__gte=since, created_at__lt=until)
+    if agent_id is not None:
+        held = held.filter(agent_id=agent_id)
+    if tool is not None:
+        held = held.filter(tool=tool)
+    by_status: dict[str, int] = defaultdict(int)
+    for status in held.values_list("status", flat=True):
+        by_status[status] += 1
+    waits: list[float] = []
+    by_reviewer: dict[str, list[float]] = defaultdict(list)
+    decided = held.filter(decided_at__isnull=False).prefetch_related("events")
+    for confirmation in decided:
+        assert confirmation.decided_at is not None
+        seconds = (confirmation.decided_at - confirmation.created_at).total_seconds()
+        waits.append(seconds)
+        decider = next(
+            (
+                event.actor_label
+                for event in confirmation.events.all()
+                if event.kind in {"approved", "rejected", "invalidated"}
+            ),
+            None,
+        )
+        if decider is not None:
+            by_reviewer[decider].append(seconds)
+    return {
+        "by_status": dict(sorted(by_status.items())),
+        "time_to_decision_seconds": _percentiles(waits),
+        "by_reviewer": {
+            reviewer: {"decided": len(times), **_percentiles(times)}
+            for reviewer, times in sorted(by_reviewer.items())
+        },
+    }
+
+
+def _percentiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p90": None}
+    if len(values) == 1:
+        return {"p50": values[0], "p90": values[0]}
+    cuts = statistics.quantiles(values, n=10, method="inclusive")
+    return {"p50": statistics.median(values), "p90": cuts[8]}
+
+
+def _rollups(
+    since: datetime, until: datetime, agent_id: int | None, tool: str | None
+) -> QuerySet[CallRollup]:
+    rows = CallRollup.objects.filter(hour__gte=_hour(since), hour__lt=until)
+    if agent_id is not None:
+        rows = rows.filter(agent_id=agent_id)
+    if tool is not None:
+        rows = rows.filter(tool=tool)
+    return rows
+
+
+def _hour(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+# Rebuilding ------------------------------------------------------------------------------------
+
+Counts = dict[tuple[datetime, int, str, str], list[int]]
+
+
+def rollups_from_audit(records: Iterable[AuditRecord]) -> tuple[Counts, list[PendingRecovery]]:
+    """The rollups, and the rejections still waiting for a fix, computed from audit records
+    given in order of agent, session and step: what the live counting must have arrived at."""
+    from dispatch.registry import tool_registry
+
+    model_fixable = tool_registry.catalogue.model_fixable()
+    counts: Counts = defaultdict(lambda: [0, 0, 0, 0])  # calls, replayed, correctable, recovered
+    waiting: list[PendingRecovery] = []
+    for _, calls in _sessions(records):
+        pending: list[AuditRecord] = []
+        for record in calls:
+            hour = _hour(record.at)
+            step = record.step or 0
+            row = counts[hour, record.agent_id, record.tool, record.code]
+            row[0] += 1
+            row[1] += int(record.replayed)
+            passes = record.ok or record.code == CONFIRMATION_REQUIRED.name
+            still = []
+            for rejection in pending:
+                if (rejection.step or 0) < step - RECOVERY_CALLS:
+                    continue  # its next calls passed it by
+                if passes and rejection.tool == record.tool:
+                    key = (_hour(rejection.at), rejection.agent_id, rejection.tool, rejection.code)
+                    counts[key][3] += 1
+                    continue
+                still.append(rejection)
+            pending = still
+            if not passes and record.code in model_fixable and record.step is not None:
+                row[2] += 1
+                pending.append(record)
+        waiting.extend(
+            PendingRecovery(
+                agent_id=r.agent_id,
+                session_id=r.session_id,
+                step=r.step or 0,
+                tool=r.tool,
+                code=r.code,
+                hour=_hour(r.at),
+            )
+            for r in pending
+        )
+    return counts, waiting
+
+
+SessionKey = tuple[int, str]
+
+
+def _sessions(records: Iterable[AuditRecord]) -> Iterator[tuple[SessionKey, list[AuditRecord]]]:
+    current: SessionKey | None = None
+    calls: list[AuditRecord] = []
+    for record in records:
+        session = (record.agent_id, record.session_id)
+        if session != current:
+            if current is not None:
+                yield current, calls
+            current, calls = session, []
+        calls.append(record)
+    if current is not None:
+        yield current, calls
+
+
+def audit_in_session_order() -> QuerySet[AuditRecord]:
+    return AuditRecord.objects.order_by("agent_id", "session_id", "step", "at", "id").only(
+        "agent_id", "session_id", "step", "tool", "code", "ok", "replayed", "at"
+    )
+
+
+@transaction.atomic
+def rollups_replace(counts: Counts, waiting: list[PendingRecovery]) -> None:
+    """Put the rebuilt rollups in place of the live ones, in one transaction."""
+    CallRollup.objects.all().delete()
+    PendingRecovery.objects.all().delete()
+    CallRollup.objects.bulk_create(
+        (
+            CallRollup(
+                hour=hour,
+                agent_id=agent_id,
+                tool=tool,
+                code=code,
+                calls=calls,
+                replayed=replayed,
+                correctable=correctable,
+                recovered=recovered,
+            )
+            for (hour, agent_id, tool, code), (calls, replayed, correctable, recovered) in (
+                counts.items()
+            )
+        ),
+        batch_size=2000,
+    )
+    PendingRecovery.objects.bulk_create(waiting, batch_size=2000)
+
+
+def rollups_live() -> Counts:
+    live: Counts = {}
+    for row in CallRollup.objects.all():
+        live[row.hour, row.agent_id, row.tool, row.code] = [
+            row.calls,
+            row.replayed,
+            row.correctable,
+            row.recovered,
+        ]
+    return live

@@ -1,0 +1,155 @@
+"""The application's database role cannot rewrite history (PostgreSQL).
+
+The site's tables belong to the owner role that ran migrate; gunicorn logs in as the application
+role that `db_roles` granted. These tests connect as that role, as someone holding the web
+processes' credentials would, and try what a polite client never does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from tests.deploy.conftest import App, Site
+
+
+@dataclass(frozen=True)
+class History:
+    order_id: str
+    session_id: str
+
+
+@pytest.fixture(scope="module")
+def history(site_app: App) -> History:
+    """A refund that executed and an over-refund that was refused, both through the API."""
+    # A customer of its own in every test: what was auto-approved for one customer counts.
+    order_id = site_app.site.database.order_create(total_cents=12_000, customer_id="CUS-901")
+    client = site_app.client()
+    executed = client.refund(1000, order_id=order_id, session="roles-1", customer="CUS-901")
+    refused = client.refund(20_000, order_id=order_id, session="roles-1", customer="CUS-901")
+    assert (executed["ok"], refused["code"]) == (True, "AMOUNT_EXCEEDS_REFUNDABLE")
+    return History(order_id=order_id, session_id="roles-1")
+
+
+def _as_app(site: Site, statement: str) -> None:
+    with site.database.connect(site.database.app) as connection:
+        connection.execute(statement)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE dispatch_auditrecord SET ok = true, code = 'OK'",
+        "DELETE FROM dispatch_auditrecord",
+        "TRUNCATE dispatch_auditrecord",
+        "UPDATE orders_refund SET amount_cents = 1",
+        "DELETE FROM orders_refund",
+        "TRUNCATE orders_refund",
+        "TRUNCATE orders_order CASCADE",
+        "ALTER TABLE orders_refund DISABLE TRIGGER ALL",
+        "ALTER TABLE dispatch_auditrecord DISABLE TRIGGER dispatch_auditrecord_append_only",
+        "ALTER TABLE orders_order DISABLE TRIGGER orders_order_refunded_cents_matches_ledger",
+        "DROP TRIGGER orders_refund_append_only ON orders_refund",
+        "ALTER TABLE orders_refund OWNER TO CURRENT_USER",
+        "SET session_replication_role = replica",
+        "CREATE TABLE orders_refund_copy (id bigint)",
+        "CREATE TEMPORARY TABLE orders_refund (id bigint)",
+    ],
+)
+def test_the_application_role_is_refused(site_app: App, history: History, statement: str) -> None:
+    site = site_app.site
+    before = (site.database.ledger(history.order_id), site.database.audit_codes("roles-1"))
+
+    with pytest.raises(errors.InsufficientPrivilege):
+        _as_app(site, statement)
+
+    after = (site.database.ledger(history.order_id), site.database.audit_codes("roles-1"))
+    assert after == before == ((1, 1000, 1000), ["OK", "AMOUNT_EXCEEDS_REFUNDABLE"])
+
+
+def test_the_application_role_cannot_commit_refunded_cents_without_a_ledger_row(
+    site_app: App, history: History
+) -> None:
+    site = site_app.site
+
+    with pytest.raises(errors.CheckViolation, match="ledger rows add up to 1000"):
+        _as_app(
+            site,
+            "UPDATE orders_order SET refunded_cents = refunded_cents + 500 "
+            f"WHERE order_id = '{history.order_id}'",
+        )
+
+    assert site.database.ledger(history.order_id) == (1, 1000, 1000)
+
+
+def test_a_refund_through_the_api_runs_as_the_application_role(site_app: App) -> None:
+    database = site_app.site.database
+    order_id = database.order_create(total_cents=12_000, customer_id="CUS-902")
+
+    result = site_app.client().refund(
+        2590, order_id=order_id, session="roles-2", customer="CUS-902"
+    )
+
+    assert (result["ok"], result["code"]) == (True, "OK")
+    assert database.ledger(order_id) == (1, 2590, 2590)
+    assert database.audit_codes("roles-2") == ["OK"]
+    with database.connect(database.owner) as connection:
+        users = connection.execute(
+            "SELECT DISTINCT usename FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    assert users == [(database.app,)]
+
+
+def test_a_refused_over_refund_leaves_its_audit_record_as_the_application_role(
+    site_app: App,
+) -> None:
+    database = site_app.site.database
+    order_id = database.order_create(total_cents=4_000, customer_id="CUS-903")
+
+    result = site_app.client().refund(
+        4_001, order_id=order_id, session="roles-3", customer="CUS-903"
+    )
+
+    assert (result["ok"], result["code"]) == (False, "AMOUNT_EXCEEDS_REFUNDABLE")
+    assert database.audit_codes("roles-3") == ["AMOUNT_EXCEEDS_REFUNDABLE"]
+    assert database.ledger(order_id) == (0, 0, 0)
+
+
+def test_a_table_a_later_migration_creates_is_usable_by_the_application_role(site: Site) -> None:
+    database = site.database
+    with database.connect(database.owner) as owner:
+        owner.execute(
+            "CREATE TABLE deploy_probe (id bigint GENERATED BY DEFAULT AS IDENTITY, n int)"
+        )
+    try:
+        with database.connect(database.app) as app:
+            app.execute("INSERT INTO deploy_probe (n) VALUES (1)")
+            app.execute("UPDATE deploy_probe SET n = 2")
+            rows = app.execute("SELECT n FROM deploy_probe").fetchall()
+            app.execute("DELETE FROM deploy_probe")
+
+            with pytest.raises(errors.InsufficientPrivilege):
+                app.execute("TRUNCATE deploy_probe")
+
+        assert rows == [(2,)]
+    finally:
+        with database.connect(database.owner) as owner:
+            owner.execute("DROP TABLE deploy_probe")
+
+
+def test_db_roles_takes_back_a_privilege_granted_by_hand(site: Site) -> None:
+    database, production = site.database, site.production
+    with database.connect(database.owner) as owner:
+        owner.execute(f'GRANT TRUNCATE, UPDATE ON orders_refund TO "{database.app}"')
+    with pytest.raises(RuntimeError, match="it has TRUNCATE on orders_refund"):
+        production.manage("db_roles", "--app-role", database.app, "--check", role=database.owner)
+
+    production.manage("db_roles", "--app-role", database.app, role=database.owner)
+
+    production.manage("db_roles", "--app-role", database.app, "--check", role=database.owner)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        _as_app(site, "UPDATE orders_refund SET amount_cents = 1")

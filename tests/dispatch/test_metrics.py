@@ -1,0 +1,200 @@
+"""The figures against small hand-computed cases, counted live as calls are written, and the same
+after a rebuild from the audit records."""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+
+from dispatch.metrics import (
+    audit_in_session_order,
+    call_figures,
+    rollups_from_audit,
+    rollups_live,
+)
+from dispatch.models import Agent
+from dispatch.services import call_dispatch
+from tests.conftest import MakeAgent
+
+pytestmark = pytest.mark.usefixtures("orders")
+
+GOOD_READ = {"order_id": "ORD-1001"}
+BAD_READ = {"order_id": 1001}  # INVALID_ARGUMENTS, which the model can fix
+UNKNOWN_ORDER = {"order_id": "ORD-9999"}  # ORDER_NOT_FOUND, which it cannot
+HELD_REFUND = {
+    "order_id": "ORD-1001",
+    "amount_cents": 9_000,
+    "currency": "BRL",
+    "reason": "damaged",
+}
+BAD_REFUND = {"order_id": "ORD-1001", "amount_cents": 90.0, "currency": "BRL", "reason": "damaged"}
+
+
+def send(agent: Agent, session: str, tool: str, arguments: object) -> str:
+    return call_dispatch(
+        agent=agent,
+        session_id=session,
+        customer_id="CUS-1",
+        tool=tool,
+        arguments=json.dumps(arguments),
+    ).code
+
+
+def figures() -> dict[str, object]:
+    now = timezone.now()
+    return call_figures(since=now - timedelta(hours=2), until=now + timedelta(hours=1)).as_dict()
+
+
+def test_rejected_is_not_ok_and_not_held(make_agent: MakeAgent) -> None:
+    agent, _ = make_agent()
+    codes = [
+        send(agent, "s-1", "get_order", GOOD_READ),
+        send(agent, "s-1", "get_order", BAD_READ),
+        send(agent, "s-1", "refund_order", HELD_REFUND),
+        send(agent, "s-1", "get_order", UNKNOWN_ORDER),
+    ]
+
+    total = figures()["total"]
+
+    assert codes == ["OK", "INVALID_ARGUMENTS", "CONFIRMATION_REQUIRED", "ORDER_NOT_FOUND"]
+    assert isinstance(total, dict)
+    assert (total["calls"], total["rejected"], total["rejection_rate"]) == (4, 2, 0.5)
+
+
+def test_a_fix_within_the_next_three_calls_recovers(make_agent: MakeAgent) -> None:
+    agent, _ = make_agent()
+    send(agent, "s-1", "get_order", BAD_READ)
+    send(agent, "s-1", "refund_order", BAD_REFUND)  # another tool: does not fix the read
+    send(agent, "s-1", "get_order", GOOD_READ)
+
+    by_code = figures()["by_code"]
+
+    assert isinstance(by_code, dict)
+    assert by_code["INVALID_ARGUMENTS"]["correctable"] == 2
+    assert by_code["INVALID_ARGUMENTS"]["recovered"] == 1
+    assert by_code["INVALID_ARGUMENTS"]["recovery_rate"] == 0.5
+
+
+def test_a_fix_after_three_other_calls_does_not_count(make_agent: MakeAgent) -> None:
+    agent, _ = make_agent()
+    send(agent, "s-1", "get_order", BAD_READ)
+    for _ in range(3):
+        send(agent, "s-1", "refund_order", BAD_REFUND)
+    send(agent, "s-1", "get_order", GOOD_READ)
+
+    by_tool = figures()["by_tool"]
+
+    assert isinstance(by_tool, dict)
+    assert by_tool["get_order"]["correctable"] == 1
+    assert by_tool["get_order"]["recovered"] == 0
+
+
+def test_a_fix_in_another_session_does_not_count(make_agent: MakeAgent) -> None:
+    agent, _ = make_agent()
+    send(agent, "s-1", "get_order", BAD_READ)
+    send(agent, "s-2", "get_order", GOOD_READ)
+
+    total = figures()["total"]
+
+    assert isinstance(total, dict)
+    assert (total["correctable"], total["recovered"]) == (1, 0)
+
+
+def test_a_fix_held_for_confirmation_counts(make_agent: MakeAgent) -> None:
+    agent, _ = make_agent()
+    send(agent, "s-1", "refund_order", BAD_REFUND)
+    code = send(agent, "s-1", "refund_order", HELD_REFUND)
+
+    by_tool = figures()["by_tool"]
+
+    assert code == "CONFIRMATION_REQUIRED"
+    assert isinstance(by_tool, dict)
+    assert by_tool["refund_order"]["recovery_rate"] == 1.0
+
+
+def test_a_rejection_the_model_cannot_fix_is_not_in_the_denominator(
+    make_agent: MakeAgent,
+) -> None:
+    agent, _ = make_agent(allowed_tools=["get_order"])
+    code = send(agent, "s-1", "refund_order", HELD_REFUND)
+    send(agent, "s-1", "get_order", GOOD_READ)
+
+    total = figures()["total"]
+
+    assert code == "TOOL_NOT_ALLOWED"
+    assert isinstance(total, dict)
+    assert (total["rejected"], total["correctable"], total["recovery_rate"]) == (1, 0, None)
+
+
+def test_loops_replays_and_step_limits_are_counted_per_tool(make_agent: MakeAgent) -> None:
+    agent, _ = make_agent(step_budget=6, repeat_limit=2)
+    small = {**HELD_REFUND, "amount_cents": 1_000}
+    for _ in range(3):
+        send(agent, "s-1", "refund_order", small)  # OK, replayed, LOOP_DETECTED
+    for order_id in ("ORD-1001", "ORD-1002", "ORD-9999", "ORD-1003"):
+        # Three within the budget of 6 steps, then STEP_LIMIT.
+        send(agent, "s-1", "get_order", {"order_id": order_id})
+
+    result = figures()
+
+    assert result["replays_by_tool"] == {"get_order": 0, "refund_order": 1}
+    assert result["loop_detections_by_tool"] == {"refund_order": 1}
+    assert result["step_limits_by_tool"] == {"get_order": 1}
+
+
+def test_the_rebuild_agrees_with_the_live_rollups(make_agent: MakeAgent) -> None:
+    agent, _ = make_agent()
+    for session in ("s-1", "s-2"):
+        send(agent, session, "get_order", BAD_READ)
+        send(agent, session, "refund_order", BAD_REFUND)
+        send(agent, session, "get_order", GOOD_READ)
+        send(agent, session, "refund_order", HELD_REFUND)
+    live = rollups_live()
+
+    rebuilt, waiting = rollups_from_audit(audit_in_session_order())
+    out = StringIO()
+    call_command("rebuild_rollups", "--check", stdout=out)
+
+    assert rebuilt == live
+    assert waiting == []
+    assert "agree" in out.getvalue()
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="needs PostgreSQL: concurrent writers"
+)
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_writers_count_every_call_once_and_a_rebuild_agrees(
+    make_agent: MakeAgent,
+) -> None:
+    agent, _ = make_agent(step_budget=200, repeat_limit=200)
+    barrier = threading.Barrier(8)
+
+    def session(index: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            for round_ in range(5):
+                send(agent, f"s-{index % 4}", "get_order", BAD_READ)
+                send(agent, f"s-{index % 4}", "get_order", GOOD_READ)
+                send(agent, f"s-{index}-{round_}", "refund_order", BAD_REFUND)
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(session, range(8)))
+    live = rollups_live()
+    out = StringIO()
+
+    call_command("rebuild_rollups", stdout=out)
+
+    assert sum(row[0] for row in live.values()) == 8 * 5 * 3
+    assert rollups_live() == live
+    assert "Rebuilt" in out.getvalue()
