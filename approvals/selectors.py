@@ -188,6 +188,24 @@ class ReviewItem:
     def earlier_rejected(self) -> int:
         return sum(1 for record in self.earlier_calls if not record.ok)
 
+    @property
+    def timeline(self) -> list[ConfirmationEvent]:
+        """The events as a reader follows them: the vote that made the decision is the
+        approval itself, so it is shown once."""
+        events = list(self.events)
+        shown = []
+        for index, event in enumerate(events):
+            after = events[index + 1] if index + 1 < len(events) else None
+            decided_by_it = (
+                event.kind == EventKind.VOTED
+                and after is not None
+                and after.kind in (EventKind.APPROVED, EventKind.INVALIDATED)
+                and after.actor_id == event.actor_id
+            )
+            if not decided_by_it:
+                shown.append(event)
+        return shown
+
 
 def review_items(
     confirmations: Iterable[Confirmation],

@@ -16,6 +16,9 @@ from approvals.templatetags.review import status_pill
 from dispatch.models import Confirmation
 from dispatch.registry import tool_registry
 
+# Characters of a reason shown in a row.
+REASON_SHOWN = 60
+
 
 def confirmation_currency(confirmation: Confirmation) -> str:
     spec = tool_registry.get(confirmation.tool)
@@ -42,6 +45,9 @@ class HistoryTable(tables.Table):  # type: ignore[misc]
     agent = tables.Column(verbose_name="Agent", order_by=("agent__name",))
     status = tables.Column(verbose_name="Status")
     reviewers = tables.Column(verbose_name="Reviewers", empty_values=(), orderable=False)
+    why = tables.Column(
+        verbose_name="Reason", empty_values=(), orderable=False, attrs={"td": {"class": "why"}}
+    )
     link = tables.Column(verbose_name="", empty_values=(), orderable=False)
 
     class Meta:
@@ -55,6 +61,7 @@ class HistoryTable(tables.Table):  # type: ignore[misc]
             "agent",
             "status",
             "reviewers",
+            "why",
             "link",
         )
         order_by_field = "sort"
@@ -77,6 +84,17 @@ class HistoryTable(tables.Table):  # type: ignore[misc]
 
     def render_reviewers(self, record: Confirmation) -> str:
         return ", ".join(deciders(record.events.all())) or "—"
+
+    def render_why(self, record: Confirmation) -> str:
+        """The rejection's reason, or why nothing executed; a long one is cut, whole on hover."""
+        reason = record.decision_reason
+        if not reason and isinstance(record.result, dict) and not record.result.get("ok", True):
+            reason = str(record.result.get("message", ""))
+        if not reason:
+            return "—"
+        if len(reason) <= REASON_SHOWN:
+            return reason
+        return format_html('<span title="{}">{}…</span>', reason, reason[:REASON_SHOWN].rstrip())
 
     def render_link(self, record: Confirmation) -> str:
         return format_html(

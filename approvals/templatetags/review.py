@@ -26,7 +26,7 @@ STATUSES = {
     "failed": ("✕", "Failed", "bad"),
     "unknown": ("?", "Outcome unknown", "warn"),
     "rejected": ("✕", "Rejected", "bad"),
-    "expired": ("⌛", "Expired", "neutral"),
+    "expired": ("◌", "Expired", "neutral"),
     "invalidated": ("⊘", "Invalidated", "neutral"),
 }
 
