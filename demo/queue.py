@@ -1,5 +1,7 @@
 """The demo's reviewer queue: held refunds in every state a reviewer meets.
 
+ORD-1001 is left as it was: the README's walk-through starts from it.
+
 Everything goes through the product itself: the demo agent's calls through the pipeline
 (call_dispatch), decisions through the approval services, executions through the task they
 enqueue, and the outcome the gateway loses through its own fault switch. Only what takes the
@@ -129,7 +131,7 @@ def _seed(seeder: _Seeder, reviewer: User, second_reviewer: User) -> None:
         )
 
     executed = seeder.hold(
-        Refund("demo-eva", "CUS-1", "ORD-1001", 6_000, "BRL", "damaged"),
+        Refund("demo-eva", "CUS-1", "ORD-1003", 6_000, "BRL", "damaged"),
         "approved by reviewer",
     )
     if executed is not None:
