@@ -353,3 +353,18 @@ def test_the_history_answers_a_bad_filter_without_an_error(client: Client, revie
     response = client.get("/approvals/history/", {"status": "bogus", "decided_after": "x"})
 
     assert response.status_code == 200
+
+
+def test_the_history_sorts_by_a_column_from_the_query_string(
+    client: Client, reviewer: User, hold_refund: HoldRefund
+) -> None:
+    small = hold_refund(5_000)
+    large = hold_refund(9_000)
+    Confirmation.objects.update(expires_at=timezone.now() - timedelta(minutes=1))
+    client.force_login(reviewer)
+
+    ascending = client.get("/approvals/history/", {"sort": "amount_cents"}).content.decode()
+    descending = client.get("/approvals/history/", {"sort": "-amount_cents"}).content.decode()
+
+    assert ascending.index(small.pk) < ascending.index(large.pk)
+    assert descending.index(large.pk) < descending.index(small.pk)
