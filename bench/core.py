@@ -11,7 +11,7 @@ The mix is fixed and seeded. Every session holds 20 calls (a new session id ever
 step budget is never reached), and each session is made of exactly:
 
     8  get_order of an existing order                                   40%  OK
-    4  refund_order below the auto-approve amount (distinct amounts)    20%  OK (really executed)
+    4  refund_order below the auto-approve amount                       20%  OK (really executed)
     2  refund_order at or above it                                      10%  CONFIRMATION_REQUIRED
     6  bad calls, the kinds taken in turn from the 7 below              30%
 
@@ -25,6 +25,13 @@ step budget is never reached), and each session is made of exactly:
 
 The 20 calls of a session are shuffled with a seeded RNG (a replay always comes after the refund
 it repeats). Before timing, one pass checks that every call gets the code the mix intends.
+
+Refunds are judged on the money (dispatch/pipeline/allowance.py): a customer's auto-approved
+refunds within the policy's window count against its auto-approve amount, and a refund that
+repeats an executed one (same order, same amount) from another session is held. So the amounts
+are a counter per order, never repeated within a round, and the auto-approve amount is above what
+a round auto-approves in all: the executed refunds stay executed, and the held ones are held for
+their amount alone.
 
 Each round runs every call once, the core on a fresh state and book built outside the timing;
 core and naive rounds alternate. The best round is the figure (other processes can only add
@@ -62,7 +69,11 @@ CUSTOMER = "CUS-1"
 ORDERS = tuple(f"ORD-{1001 + n}" for n in range(8))
 # Large enough that the refunds of every round keep succeeding.
 ORDER_TOTAL_CENTS = 10**13
-AUTO_APPROVE_BELOW_CENTS = 5_000
+# Above the sum of a round's executed refunds (each order's amounts 1, 2, 3, ... cents: about
+# 3 * 10**7 for a round of 100,000 calls), so that none is held for what the customer already got
+# (see the docstring); held refunds are above it, within the schema's largest amount (10**8).
+AUTO_APPROVE_BELOW_CENTS = 5 * 10**7
+MAX_AMOUNT_CENTS = 10**8
 
 BAD_KINDS = (
     "invalid_json",
@@ -95,9 +106,9 @@ def policy() -> Policy:
     return Policy(
         version=1,
         allowed_tools=frozenset({"get_order", "refund_order"}),
-        max_amount_cents=1_000_000,
+        max_amount_cents=MAX_AMOUNT_CENTS,
         auto_approve_below_cents=AUTO_APPROVE_BELOW_CENTS,
-        two_reviewers_from_cents=200_000,
+        two_reviewers_from_cents=MAX_AMOUNT_CENTS,
         step_budget=1_000,
         repeat_limit=1_000,
     )
@@ -129,7 +140,7 @@ def make_calls(count: int, seed: int) -> list[Call]:
     rng = random.Random(seed)
     calls: list[Call] = []
     bad_turn = 0
-    amount = 0
+    refunds_of: Counter[str] = Counter()
     sessions = -(-count // SESSION_CALLS)
     for number in range(sessions):
         session_id = f"bench-{number}"
@@ -151,8 +162,9 @@ def make_calls(count: int, seed: int) -> list[Call]:
             if kind == "get_order":
                 tool, arguments = "get_order", _args(order_id=order_id)
             elif kind in ("refund_auto", "refund_held"):
-                amount += 1
-                cents = amount % 4_000 + 1
+                # A counter per order: no refund repeats another's order and amount in a round.
+                refunds_of[order_id] += 1
+                cents = refunds_of[order_id]
                 if kind == "refund_held":
                     cents += AUTO_APPROVE_BELOW_CENTS
                     expect = "CONFIRMATION_REQUIRED"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.http import HttpResponse
 from django.utils.http import parse_header_parameters
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from pydantic import ValidationError
@@ -21,7 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dispatch import selectors
+from dispatch import host_keys, selectors
 from dispatch.authentication import AgentRateThrottle, AgentTokenAuthentication, IsAgent
 from dispatch.envelopes import (
     CallEnvelope,
@@ -42,6 +43,7 @@ from dispatch.formats import FORMATS, tools_in_format
 from dispatch.models import Agent, AuditRecord
 from dispatch.pipeline import strictjson
 from dispatch.pipeline.messages import describe_validation_error
+from dispatch.pipeline.results import CallResult
 from dispatch.pipeline.state import SessionConflict
 from dispatch.registry import tool_registry
 from dispatch.services import call_dispatch
@@ -91,30 +93,123 @@ class CallCreateApi(AgentApi):
             "Every pipeline outcome, rejections included, is a 200 whose body says `ok`. "
             "Status codes other than 200 are about the envelope."
         ),
+        parameters=[
+            OpenApiParameter(
+                host_keys.HEADER,
+                str,
+                location=OpenApiParameter.HEADER,
+                required=False,
+                pattern=r"^[\x20-\x7e]{1,255}$",
+                description=(
+                    "Optional; printable ASCII, 1 to 255 characters, chosen by the host (such as "
+                    "a UUID) and kept across its restarts. The same key with the same "
+                    "`customer_id`, `tool` and `arguments` gets the first answer again, byte for "
+                    "byte, with `Idempotent-Replayed: true`, and nothing runs again, whatever the "
+                    "`session_id` (a host that restarts under a new session cannot act twice). "
+                    "The same key with another request is a 422; while the first request with "
+                    "it runs, another is a 409 (retryable). Only final answers are kept: a 200 "
+                    "whose `retryable` is false. Keys are per agent and kept at least 24 hours."
+                ),
+            )
+        ],
         request=CallEnvelope,
         responses={
             200: CallResultDoc,
-            400: OpenApiResponse(ErrorEnvelope, description="malformed envelope"),
-            409: OpenApiResponse(ErrorEnvelope, description="session bound to another customer"),
+            400: OpenApiResponse(
+                ErrorEnvelope, description="malformed envelope or Idempotency-Key"
+            ),
+            409: OpenApiResponse(
+                ErrorEnvelope,
+                description=(
+                    "session bound to another customer (`session_conflict`), or a request with "
+                    "this Idempotency-Key still in progress (`idempotency_key_in_progress`, "
+                    "retryable)"
+                ),
+            ),
             413: OpenApiResponse(ErrorEnvelope, description="body over the size limit"),
             415: OpenApiResponse(ErrorEnvelope, description="body not sent as application/json"),
+            422: OpenApiResponse(
+                ErrorEnvelope,
+                description="this Idempotency-Key was sent with another request "
+                "(`idempotency_key_reused`)",
+            ),
             **ERRORS,
         },
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: Request) -> Response | HttpResponse:
         envelope = self._envelope(request)
+        key = self._idempotency_key(request)
+        if key is None:
+            return Response(self._dispatch(self.agent(request), envelope).as_dict())
+        return self._keyed(self.agent(request), envelope, key)
+
+    def _keyed(self, agent: Agent, envelope: CallEnvelope, key: str) -> HttpResponse:
+        """The call under the host's Idempotency-Key (dispatch/host_keys.py): the first answer
+        to the key if it has one, else the call's, kept against the key if final."""
+        answer = host_keys.host_key_claim(
+            agent=agent,
+            key=key,
+            request_hash=host_keys.request_hash(
+                customer_id=envelope.customer_id, tool=envelope.tool, arguments=envelope.arguments
+            ),
+        )
+        if isinstance(answer, host_keys.Answer):
+            replayed = HttpResponse(
+                answer.body, status=answer.status_code, content_type="application/json"
+            )
+            replayed["Idempotent-Replayed"] = "true"
+            return replayed
+        claim = answer
+
+        def keep(result: CallResult) -> None:
+            if result.retryable:
+                # Nothing was done, and sending it again can help: with this key too.
+                host_keys.host_key_release(claim=claim)
+            else:
+                host_keys.host_key_answer(claim=claim, status_code=200, body=_rendered(result))
+
         try:
-            result = call_dispatch(
-                agent=self.agent(request),
+            result = self._dispatch(agent, envelope, on_result=keep)
+        except BaseException:
+            # An envelope error or a failure is not the key's answer: the key is free again.
+            host_keys.host_key_release(claim=claim)
+            raise
+        return HttpResponse(_rendered(result), content_type="application/json")
+
+    @staticmethod
+    def _dispatch(
+        agent: Agent,
+        envelope: CallEnvelope,
+        on_result: Callable[[CallResult], None] | None = None,
+    ) -> CallResult:
+        try:
+            return call_dispatch(
+                agent=agent,
                 session_id=envelope.session_id,
                 customer_id=envelope.customer_id,
                 tool=envelope.tool,
                 arguments=envelope.arguments,
                 context=envelope.context,
+                on_result=on_result,
             )
         except SessionConflict:
             raise SessionBoundElsewhere() from None
-        return Response(result.as_dict())
+
+    @staticmethod
+    def _idempotency_key(request: Request) -> str | None:
+        key = request.headers.get(host_keys.HEADER)
+        if key is None or host_keys.KEY_PATTERN.fullmatch(key):
+            return key
+        if not key:
+            problem = "it is empty"
+        elif len(key) > 255:
+            problem = f"it has {len(key)}"
+        else:
+            problem = "it has others"
+        raise MalformedEnvelope(
+            f"The {host_keys.HEADER} header must be 1 to 255 printable ASCII characters "
+            f"(such as a UUID); {problem}."
+        )
 
     def _envelope(self, request: Request) -> CallEnvelope:
         self._require_json(request)
@@ -157,6 +252,11 @@ class CallCreateApi(AgentApi):
             return
         shown = repr(sent[:64]) if sent else "no Content-Type"
         raise UnsupportedBody(f"The body must be sent as application/json (UTF-8), not {shown}.")
+
+
+def _rendered(result: CallResult) -> bytes:
+    # What Response(result.as_dict()) sends: the same renderer, with no indent.
+    return JSONRenderer().render(result.as_dict())
 
 
 class ToolListApi(AgentApi):

@@ -62,6 +62,23 @@ class SessionBoundElsewhere(APIException):
     default_detail = "This session is already bound to another customer."
 
 
+class IdempotencyKeyReused(APIException):
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    default_code = "idempotency_key_reused"
+    default_detail = "This Idempotency-Key was already sent with another request."
+
+
+class IdempotencyKeyInProgress(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "idempotency_key_in_progress"
+    default_detail = (
+        "A request with this Idempotency-Key is still being processed; send it again in a moment."
+    )
+    # Unlike a session bound elsewhere, this one is over once the first request has its answer.
+    retryable = True
+    wait = 1
+
+
 class RateLimiterDown(APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_code = "rate_limiter_unavailable"
@@ -71,13 +88,19 @@ class RateLimiterDown(APIException):
 
 
 def error_body(
-    *, status_code: int, code: str, message: str, error_id: str | None = None
+    *,
+    status_code: int,
+    code: str,
+    message: str,
+    error_id: str | None = None,
+    retryable: bool | None = None,
 ) -> dict[str, Any]:
+    """`retryable` defaults to what the status says (429 and 503 are)."""
     error: dict[str, Any] = {
         "status": status_code,
         "code": code,
         "message": message,
-        "retryable": status_code in _RETRYABLE,
+        "retryable": status_code in _RETRYABLE if retryable is None else retryable,
     }
     if error_id is not None:
         error["error_id"] = error_id
@@ -146,7 +169,10 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             code = getattr(exc.detail, "code", None) or exc.default_code
         message = _flatten(response.data.get("detail", response.data))
         response.data = error_body(
-            status_code=response.status_code, code=str(code), message=message
+            status_code=response.status_code,
+            code=str(code),
+            message=message,
+            retryable=getattr(exc, "retryable", None),
         )
         if request is not None and is_api_request(request):
             _record_refusal(request, response.status_code, str(code), message)

@@ -11,6 +11,7 @@ over any range reads a few thousand rows whatever the number of calls. Definitio
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
@@ -19,10 +20,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet, Sum
+from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
 
 from dispatch.models import AuditRecord, CallRollup, Confirmation, PendingRecovery
+from dispatch.pipeline.allowance import PastCall, policy_actual, policy_replay
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, OK
 
 NOT_REJECTED = frozenset({OK.name, CONFIRMATION_REQUIRED.name})
@@ -114,22 +116,22 @@ def call_figures(
     The database sums the rollups: what comes back is a row per tool and code, and per time
     bucket and code, however many calls the range holds."""
     figures = CallFigures()
-    rollups = _rollups(since, until, agent_id, tool)
-    for sums in rollups.values("tool", "code").annotate(**_SUMS).order_by():
+    truncate = TruncDay if bucket >= timedelta(days=1) else TruncHour
+    sums_per_bucket = (
+        _rollups(since, until, agent_id, tool)
+        .annotate(bucket=truncate("hour"))
+        .values("bucket", "tool", "code")
+        .annotate(**_SUMS)
+        .order_by()
+    )
+    rows: Iterable[Mapping[str, Any]] = sums_per_bucket
+    for sums in rows:
         tool_name, code = sums["tool"], sums["code"]
         figures.total.add(code, sums)
         figures.by_tool[tool_name].add(code, sums)
         figures.by_code[code].add(code, sums)
         figures.by_tool_code[tool_name, code].add(code, sums)
-    truncate = TruncDay if bucket >= timedelta(days=1) else TruncHour
-    per_bucket = (
-        rollups.annotate(bucket=truncate("hour"))
-        .values("bucket", "code")
-        .annotate(calls=Sum("calls"))
-        .order_by()
-    )
-    for row in per_bucket:
-        figures.by_bucket_code[row["bucket"], row["code"]] += row["calls"]
+        figures.by_bucket_code[sums["bucket"], code] += sums["calls"]
     return figures
 
 
@@ -150,26 +152,22 @@ def confirmation_outcomes(
         held = held.filter(agent_id=agent_id)
     if tool is not None:
         held = held.filter(tool=tool)
-    by_status: dict[str, int] = defaultdict(int)
-    for status in held.values_list("status", flat=True):
-        by_status[status] += 1
-    waits: list[float] = []
-    by_reviewer: dict[str, list[float]] = defaultdict(list)
-    decided = held.filter(decided_at__isnull=False).prefetch_related("events")
-    for confirmation in decided:
-        assert confirmation.decided_at is not None
-        seconds = (confirmation.decided_at - confirmation.created_at).total_seconds()
-        waits.append(seconds)
-        decider = next(
-            (
-                event.actor_label
-                for event in confirmation.events.all()
-                if event.kind in {"approved", "rejected", "invalidated"}
-            ),
-            None,
+    by_status = {
+        row["status"]: row["count"]
+        for row in held.values("status").annotate(count=Count("pk")).order_by()
+    }
+    waits = [
+        _seconds(created, decided)
+        for created, decided in held.filter(decided_at__isnull=False).values_list(
+            "created_at", "decided_at"
         )
-        if decider is not None:
-            by_reviewer[decider].append(seconds)
+    ]
+    by_reviewer: dict[str, list[float]] = defaultdict(list)
+    decisions = held.filter(
+        decided_at__isnull=False, events__kind__in=["approved", "rejected", "invalidated"]
+    ).values_list("events__actor_label", "created_at", "decided_at")
+    for reviewer, created, decided in decisions:
+        by_reviewer[reviewer].append(_seconds(created, decided))
     return {
         "by_status": dict(sorted(by_status.items())),
         "time_to_decision_seconds": _percentiles(waits),
@@ -178,6 +176,11 @@ def confirmation_outcomes(
             for reviewer, times in sorted(by_reviewer.items())
         },
     }
+
+
+def _seconds(created: datetime, decided: datetime | None) -> float:
+    assert decided is not None  # filtered on
+    return (decided - created).total_seconds()
 
 
 def _percentiles(values: list[float]) -> dict[str, float | None]:
@@ -202,6 +205,60 @@ def _rollups(
 
 def _hour(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
+
+
+# What a policy change would have done ------------------------------------------------------------
+
+
+def policy_what_if(
+    *,
+    agent_id: int,
+    since: datetime,
+    until: datetime,
+    changes: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The agent's recorded money-moving calls in the range, judged again under its current
+    policy with `changes` (auto_approve_below_cents, auto_approve_window_seconds,
+    daily_cap_cents, max_amount_cents, ...), beside what really happened. Reads only."""
+    from dispatch.models import Agent
+    from dispatch.registry import tool_registry
+
+    agent = Agent.objects.select_related("current_policy").get(pk=agent_id)
+    if agent.current_policy is None:
+        raise ValueError(f"agent {agent.name} has no policy")
+    policy = dataclasses.replace(agent.current_policy.snapshot(), **changes)
+    calls: list[PastCall] = []
+    records = AuditRecord.objects.filter(
+        agent_id=agent_id,
+        at__gte=since,
+        at__lt=until,
+        replayed=False,
+        code__in=["OK", "CONFIRMATION_REQUIRED", "POLICY_LIMIT"],
+        arguments__isnull=False,
+    ).order_by("at", "id")
+    for record in records.only("at", "session_id", "customer_id", "tool", "arguments", "code"):
+        spec = tool_registry.get(record.tool)
+        if spec is None or spec.amount_field is None or not isinstance(record.arguments, dict):
+            continue
+        arguments = record.arguments
+        calls.append(
+            PastCall(
+                at=record.at,
+                agent_id=str(agent_id),
+                session_id=record.session_id,
+                customer_id=record.customer_id,
+                tool=record.tool,
+                subject=str(arguments.get(spec.subject_field or "", "")),
+                currency=str(arguments.get(spec.currency_field or "", "")),
+                amount_cents=int(arguments.get(spec.amount_field, 0)),
+                code=record.code,
+            )
+        )
+    return {
+        "calls": len(calls),
+        "actual": policy_actual(calls)._asdict(),
+        "what_if": policy_replay(policy, calls)._asdict(),
+    }
 
 
 # Rebuilding ------------------------------------------------------------------------------------

@@ -364,3 +364,33 @@ class PendingRecovery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} step {self.step} {self.tool} {self.code}"
+
+
+class HostIdempotencyKey(models.Model):
+    """An agent host's Idempotency-Key (POST /api/v1/calls) and the first answer it was given.
+
+    Inserted before the call runs, so the unique (agent, key) decides which of two racing requests
+    runs; the answer is written in the call's own transaction (dispatch/host_keys.py).
+    """
+
+    # Indexed by the (agent, key) constraint.
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
+    key = models.CharField(max_length=255)
+    # What "the same request" means: the customer, the tool and the arguments, not the session.
+    request_hash = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    # The answer's exact JSON text: a replay is the first answer byte for byte, which a jsonb
+    # column, reordering keys, would not give back.
+    response_body = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField()
+    # When the run that answers it began; a run that died is taken over and moves it.
+    claimed_at = models.DateTimeField(db_index=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "key"], name="host_idempotency_key_per_agent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} {self.key[:32]} ({'answered' if self.completed_at else 'running'})"

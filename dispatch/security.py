@@ -28,7 +28,7 @@ from dispatch.models import Agent, SecurityEvent
 
 logger = logging.getLogger(__name__)
 
-RECORDED_STATUSES = frozenset({400, 401, 403, 409, 413, 415, 429})
+RECORDED_STATUSES = frozenset({400, 401, 403, 409, 413, 415, 422, 429})
 
 PRUNE_EVERY = 100
 # Larger than PRUNE_EVERY, so that pruning on write catches up after the cap is lowered.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 
@@ -121,8 +121,13 @@ def call_dispatch(
     tool: str,
     arguments: str | Mapping[str, Any],
     context: str = "",
+    on_result: Callable[[CallResult], None] | None = None,
 ) -> CallResult:
-    """Run one raw tool call through the pipeline; raises SessionConflict for a foreign session."""
+    """Run one raw tool call through the pipeline; raises SessionConflict for a foreign session.
+
+    `on_result` is called with the result inside the call's transaction, before it commits: what
+    must commit with the call's effect or not at all (the host's Idempotency-Key answer).
+    """
     policy = agent.current_policy
     if policy is None:
         raise ValueError(f"agent {agent.name} has no policy")
@@ -141,4 +146,7 @@ def call_dispatch(
     # key's row lock, then replays the outcome. Any other call runs in the backend's read scope.
     scope = transaction.atomic() if prepared.writes else backend().read_scope()
     with scope, connection.cursor() as cursor:
-        return pipeline.run_prepared(prepared, OrmState(cursor, tool_registry))
+        result = pipeline.run_prepared(prepared, OrmState(cursor, tool_registry))
+        if on_result is not None:
+            on_result(result)
+        return result

@@ -188,6 +188,7 @@ class AgentClient:
         session: str = "s-1",
         customer: str = "CUS-1",
         context: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> requests.Response:
         envelope = {
             "session_id": session,
@@ -197,11 +198,21 @@ class AgentClient:
         }
         if context is not None:
             envelope["context"] = context
-        return self.post_body(json.dumps(envelope))
+        return self.post_body(json.dumps(envelope), headers=headers)
 
-    def call(self, tool: str, arguments: Any, **envelope: str) -> dict[str, Any]:
+    def call(
+        self,
+        tool: str,
+        arguments: Any,
+        *,
+        session: str = "s-1",
+        customer: str = "CUS-1",
+        context: str | None = None,
+    ) -> dict[str, Any]:
         """A call that reaches the pipeline: always a 200 with the result contract."""
-        response = self.post_call(tool, arguments, **envelope)
+        response = self.post_call(
+            tool, arguments, session=session, customer=customer, context=context
+        )
         assert response.status_code == 200, response.text
         result: dict[str, Any] = response.json()
         return result

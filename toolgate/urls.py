@@ -3,6 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
+from approvals.metrics_apis import MetricsApi, PolicyWhatIfApi
 from toolgate import views
 
 urlpatterns = [
@@ -22,6 +23,8 @@ urlpatterns = [
         SpectacularSwaggerView.as_view(url_name="schema", permission_classes=[AllowAny]),
         name="swagger-ui",
     ),
+    path("api/v1/metrics", MetricsApi.as_view(), name="metrics"),
+    path("api/v1/metrics/what-if", PolicyWhatIfApi.as_view(), name="metrics-what-if"),
     path("api/v1/", include("dispatch.urls")),
 ]
 

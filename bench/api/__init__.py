@@ -3,7 +3,8 @@
 Both targets run in the same gunicorn (same workers, same settings, `bench.settings`) on a
 database of their own (`toolgate_bench`, dropped and created by each run, migrated, seeded with
 the project's services: 64 customers with 8 BRL orders each, and one agent whose policy allows
-both order tools, executes refunds below 50.00 without a human, 50 steps a session, 3 repeats).
+both order tools, 50 steps a session and 3 repeats, and executes without a human every refund the
+mix sends: its auto-approve amount is above the orders' totals together).
 
 - **api**: `POST /api/v1/calls`, the whole pipeline: the step, the idempotency record, the
   business check, the effect (a refund really moves money: a ledger row and the order's
@@ -32,7 +33,8 @@ The mix is fixed and seeded. Every session is one conversation of one customer (
 turn), sent in order by one thread, and holds 20 calls, shuffled (a replay after its refund):
 
     10  get_order of one of the customer's orders (none more than twice)     50%  OK
-     6  refund_order of 1.00 to 48.99 BRL, distinct amounts                  30%  OK, executed
+     6  refund_order of a few BRL, amounts no other session of the customer  30%  OK, executed
+        sends (a refund that repeats another session's is held as a duplicate)
      1  an exact repeat of one of those refunds                               5%  OK, replayed
      3  bad calls, kinds taken in turn from the 6 below                      15%
 

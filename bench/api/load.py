@@ -107,6 +107,8 @@ class _ThreadResult:
     errors: int = 0
     first_error: str = ""
     last_end_ns: int = 0
+    # The number after the last session this thread began (the next phase starts above it).
+    next_session: int = 0
 
 
 def _load_thread(
@@ -139,6 +141,8 @@ def _load_thread(
         while True:
             calls = session_calls(seed, tag, number)
             turn = number // stride % len(order)
+            for result in out.values():
+                result.next_session = number + 1
             number += stride
             for target in order[turn:] + order[:turn]:
                 result, head = out[target], heads[target]
@@ -189,6 +193,7 @@ def _target_report(
         "errors": sum(result.errors for result in results),
         "first_error": next((r.first_error for r in results if r.first_error), ""),
         "last_end_ns": max((result.last_end_ns for result in results), default=begin),
+        "next_session": max((result.next_session for result in results), default=0),
         "outcomes": [[kind, outcome, count] for (kind, outcome), count in merged.items()],
     }
 
@@ -201,7 +206,9 @@ def _load_options(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--tag", required=True)
     parser.add_argument("--threads", type=int, required=True)
-    parser.add_argument("--first-index", type=int, required=True)
+    parser.add_argument(
+        "--first-index", type=int, required=True, help="the first thread's session number"
+    )
     parser.add_argument("--stride", type=int, required=True)
     parser.add_argument("--warmup", type=float, required=True)
     parser.add_argument("--duration", type=float, required=True)

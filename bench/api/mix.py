@@ -1,7 +1,15 @@
 """The mix of benchmark (b): every session's 20 calls, the same in every run, and what each gets.
 
 Sessions are numbered; session `number` is one conversation of customer `number % 64`, so the
-load process, the seeding and the report agree on it without talking to each other.
+load process, the seeding and the report agree on it without talking to each other. A run never
+sends two sessions of the same number (each phase starts where the one before stopped).
+
+A refund runs without a human only while it does not repeat an executed one (same order, same
+amount) from another session (dispatch/pipeline/allowance.py). So a session's six refund amounts
+are its own: session `number` refunds 1.00 BRL plus `6 * (number // 64)` to `5` cents, which no
+other session of its customer does; within the session they are distinct, so that no refund is a
+replay of another. What the customer was refunded in all stays below the agent's auto-approve
+amount, which is above the seeded orders' totals (bench/api/server.py).
 """
 
 from __future__ import annotations
@@ -12,10 +20,11 @@ from typing import Any
 
 CUSTOMERS = 64
 ORDERS_PER_CUSTOMER = 8
-AUTO_APPROVE_BELOW_CENTS = 5_000
+FIRST_REFUND_CENTS = 100
 
 SESSION_CALLS = 20
 SESSION_MIX = (("get_order", 10), ("refund", 6), ("replay", 1), ("bad", 3))
+SESSION_REFUNDS = dict(SESSION_MIX)["refund"]
 BAD_KINDS = (
     "invalid_json",
     "float_amount",
@@ -72,7 +81,9 @@ def session_calls(seed: int, tag: str, number: int) -> list[tuple[str, bytes]]:
     orders = order_ids(customer)
     kinds = _session_kinds(rng, number)
     lookups = rng.sample(orders, len(orders))
-    amounts = rng.sample(range(100, AUTO_APPROVE_BELOW_CENTS - 100), 6)
+    # The customer's sessions take turns at their amounts (see the docstring).
+    first = FIRST_REFUND_CENTS + SESSION_REFUNDS * (number // CUSTOMERS)
+    amounts = rng.sample(range(first, first + SESSION_REFUNDS), SESSION_REFUNDS)
     refunds: list[str] = []
     session_id = f"bench-{tag}-{number}"
     calls: list[tuple[str, bytes]] = []

@@ -36,14 +36,14 @@ class Plan:
 
 
 def _start_clients(
-    server: Server, token: str, target: str, tag: str, plan: Plan
+    server: Server, token: str, target: str, tag: str, plan: Plan, first_session: int
 ) -> list[subprocess.Popen[str]]:
     processes = max(1, min(plan.client_processes, plan.concurrency))
     per_process = [
         plan.concurrency // processes + (n < plan.concurrency % processes) for n in range(processes)
     ]
     clients = []
-    first = 0
+    first = first_session
     for threads in per_process:
         command = [
             sys.executable,
@@ -121,13 +121,21 @@ def _measured(
         "outcomes": outcomes,
         # A paired phase's CPU is both targets' together.
         "cpu": cpu,
+        "next_session": max(report["by_target"][name]["next_session"] for report in reports),
     }
 
 
 def run_phase(
-    server: Server, token: str, target: str, tag: str, plan: Plan, pg: tuple[str, str]
+    server: Server,
+    token: str,
+    target: str,
+    tag: str,
+    plan: Plan,
+    pg: tuple[str, str],
+    first_session: int = 0,
 ) -> dict[str, Any]:
-    clients = _start_clients(server, token, target, tag, plan)
+    """One phase's figures; its sessions are numbered from `first_session` (see bench.api.mix)."""
+    clients = _start_clients(server, token, target, tag, plan, first_session)
     start_ns = _start_together(clients)
     begin_ns = start_ns + int(plan.warmup * 1e9)
     end_ns = begin_ns + int(plan.duration * 1e9)
@@ -183,10 +191,14 @@ def run_rounds(
         "api_paired": [],
     }
     sent = {"bare": 0, "api": 0}
+    # Every phase numbers its sessions after the last one's: no two sessions of a run share an
+    # amount of a refund of the same customer (see bench.api.mix).
+    next_session = 0
     for number in range(options.rounds):
         for name, target, plan in _schedule(options, number):
-            phase = run_phase(server, token, target, f"{name}-{number}", plan, pg)
+            phase = run_phase(server, token, target, f"{name}-{number}", plan, pg, next_session)
             for each, measured in phase.items() if target == PAIRED else [(target, phase)]:
                 sent[each] += measured["sent"]
                 phases[f"{each}_paired" if target == PAIRED else name].append(measured)
+                next_session = max(next_session, measured["next_session"])
     return phases, sent

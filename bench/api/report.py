@@ -331,6 +331,8 @@ def _check_lines(result: Mapping[str, Any]) -> list[str]:
         everything += [("bare, 1 conn", single["bare"]), ("api, 1 conn", single["api"])]
     if paired:
         everything += [("bare, paired", paired["bare"]), ("api, paired", paired["api"])]
+    unexpected = sum(figures["unexpected_outcomes"] for _, figures in everything)
+    lines.append(f"  answers whose code is not the one their kind must get: {unexpected}")
     for label, figures in everything:
         if figures["errors"] or figures["unexpected_outcomes"]:
             lines.append(

@@ -18,7 +18,7 @@ each other cannot together pass a limit that each passes alone.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from dispatch.pipeline.policy import Policy
@@ -158,3 +158,113 @@ def _duration(seconds: int) -> str:
         return f"{hours} hour{'s' if hours != 1 else ''}"
     minutes = seconds // 60
     return f"{minutes} minute{'s' if minutes != 1 else ''}"
+
+
+class PastCall(NamedTuple):
+    """A call that moved, or asked to move, money, as the audit records keep it."""
+
+    at: datetime
+    agent_id: str
+    session_id: str
+    customer_id: str
+    tool: str
+    subject: str
+    currency: str
+    amount_cents: int
+    # What happened: OK (executed), CONFIRMATION_REQUIRED (held), POLICY_LIMIT (refused).
+    code: str
+
+
+class WhatIf(NamedTuple):
+    """How many calls, and how much money, went (or would have gone) each way."""
+
+    without_human: tuple[int, int]
+    held: tuple[int, int]
+    refused: tuple[int, int]
+    held_by_reason: Mapping[str, int]
+
+
+def policy_replay(policy: Policy, calls: list[PastCall]) -> WhatIf:
+    """Judge past calls again, in their order, under another policy: what it would have let
+    through without a human, held, or refused by its per-call limit. Calls it lets through count
+    for the ones after them, as they would have; nothing is written anywhere."""
+    moved: list[tuple[PastCall, Movement]] = []
+    through, held, refused = [0, 0], [0, 0], [0, 0]
+    reasons: dict[str, int] = {}
+    for call in sorted(calls, key=lambda c: c.at):
+        if call.amount_cents > policy.max_amount_cents:
+            refused[0] += 1
+            refused[1] += call.amount_cents
+            continue
+        since = call.at - timedelta(seconds=policy.auto_approve_window_seconds)
+        window = [
+            movement
+            for past, movement in moved
+            if (past.customer_id, past.currency) == (call.customer_id, call.currency)
+            and movement.at >= since
+        ]
+        history = AllowanceHistory(
+            customer_window=tuple(window),
+            agent_day_cents=sum(
+                movement.amount_cents
+                for past, movement in moved
+                if movement.agent_id == call.agent_id
+                and past.currency == call.currency
+                and movement.at.date() == call.at.date()
+            ),
+            repeats=tuple(
+                movement
+                for movement in window
+                if (movement.tool, movement.subject, movement.amount_cents)
+                == (call.tool, call.subject, call.amount_cents)
+            ),
+        )
+        request = AllowanceRequest(
+            "",
+            call.agent_id,
+            call.session_id,
+            call.customer_id,
+            call.tool,
+            call.subject,
+            call.currency,
+            call.amount_cents,
+            call.at,
+            since,
+        )
+        reason = allowance_judge(policy, request, history)
+        if reason is None:
+            through[0] += 1
+            through[1] += call.amount_cents
+            moved.append(
+                (
+                    call,
+                    Movement(
+                        "",
+                        call.agent_id,
+                        call.session_id,
+                        call.tool,
+                        call.subject,
+                        call.amount_cents,
+                        call.at,
+                        "policy",
+                    ),
+                )
+            )
+        else:
+            held[0] += 1
+            held[1] += call.amount_cents
+            reasons[reason.kind] = reasons.get(reason.kind, 0) + 1
+    return WhatIf((through[0], through[1]), (held[0], held[1]), (refused[0], refused[1]), reasons)
+
+
+def policy_actual(calls: list[PastCall]) -> WhatIf:
+    """What the recorded outcomes of the same calls were, in the same shape."""
+    through, held, refused = [0, 0], [0, 0], [0, 0]
+    for call in calls:
+        tally = {"OK": through, "CONFIRMATION_REQUIRED": held, "POLICY_LIMIT": refused}.get(
+            call.code
+        )
+        if tally is not None:
+            tally[0] += 1
+            tally[1] += call.amount_cents
+    return WhatIf((through[0], through[1]), (held[0], held[1]), (refused[0], refused[1]), {})

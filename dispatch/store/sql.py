@@ -140,11 +140,13 @@ ROLLUP = """
 """
 
 # The session's pending rejections that this call settles: those its next 3 calls have passed
-# by, and, if this call passes validation, those of its tool, which it recovers.
+# by, and, if this call passes validation, the earlier ones of its tool, which it recovers. Exact
+# for a session's calls sent one after another, as an agent sends them; calls of one session sent
+# at once are counted in the order they end.
 RECOVERIES = """
     DELETE FROM dispatch_pendingrecovery
     WHERE agent_id = %(agent_id)s AND session_id = %(session_id)s
-        AND (step < %(call_step)s - 3 OR (%(passes)s AND tool = %(tool)s))
+        AND (step < %(call_step)s - 3 OR (%(passes)s AND tool = %(tool)s AND step < %(call_step)s))
     RETURNING hour, tool, code, step >= %(call_step)s - 3 AS recovered
 """
 

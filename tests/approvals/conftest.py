@@ -27,7 +27,7 @@ def order(db: None) -> Order:
 
 
 @pytest.fixture
-def agent(make_agent: MakeAgent) -> Agent:
+def holding_agent(make_agent: MakeAgent) -> Agent:
     # Refunds from 50.00 are held; from 200.00 two reviewers decide.
     return make_agent(auto_approve_below_cents=5_000, two_reviewers_from_cents=20_000)[0]
 
@@ -52,9 +52,9 @@ def refund_call(
 
 
 @pytest.fixture
-def held_refund(agent: Agent, order: Order) -> HeldRefund:
+def held_refund(holding_agent: Agent, order: Order) -> HeldRefund:
     def hold(amount_cents: int = 6_000, **extra: Any) -> Confirmation:
-        result = refund_call(agent, amount_cents, **extra)
+        result = refund_call(holding_agent, amount_cents, **extra)
         assert result.code == "CONFIRMATION_REQUIRED", result.message
         return Confirmation.objects.get(pk=result.data["confirmation_id"])
 

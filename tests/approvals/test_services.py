@@ -85,7 +85,7 @@ def test_nothing_executes_before_the_approval_commits(
 
 
 def test_an_identical_call_while_approved_gets_the_state_and_after_execution_the_result(
-    agent: Agent,
+    holding_agent: Agent,
     held_refund: HeldRefund,
     reviewers: list[User],
     order: Order,
@@ -95,9 +95,9 @@ def test_an_identical_call_while_approved_gets_the_state_and_after_execution_the
     with django_capture_on_commit_callbacks(execute=False):
         confirmation_approve(confirmation_id=held.pk, reviewer=reviewers[0])
 
-    while_approved = refund_call(agent, 6_000)
+    while_approved = refund_call(holding_agent, 6_000)
     confirmation_execute(confirmation_id=held.pk)
-    after = refund_call(agent, 6_000)
+    after = refund_call(holding_agent, 6_000)
 
     assert while_approved.code == "CONFIRMATION_REQUIRED"
     assert while_approved.data["confirmation_id"] == held.pk
@@ -108,14 +108,14 @@ def test_an_identical_call_while_approved_gets_the_state_and_after_execution_the
 
 
 def test_a_rejection_reaches_the_model_and_an_identical_call_replays_it(
-    agent: Agent, held_refund: HeldRefund, reviewers: list[User], order: Order
+    holding_agent: Agent, held_refund: HeldRefund, reviewers: list[User], order: Order
 ) -> None:
     held = held_refund()
 
     confirmation_reject(
         confirmation_id=held.pk, reviewer=reviewers[0], reason="customer already got a voucher"
     )
-    again = refund_call(agent, 6_000)
+    again = refund_call(holding_agent, 6_000)
 
     held.refresh_from_db()
     assert held.status == "rejected"
@@ -149,7 +149,7 @@ def test_a_decided_confirmation_cannot_be_decided_again(
 
 
 def test_an_expired_confirmation_cannot_be_approved(
-    agent: Agent, held_refund: HeldRefund, reviewers: list[User], order: Order
+    holding_agent: Agent, held_refund: HeldRefund, reviewers: list[User], order: Order
 ) -> None:
     held = held_refund()
     Confirmation.objects.filter(pk=held.pk).update(expires_at=timezone.now() - timedelta(1))
@@ -162,7 +162,7 @@ def test_an_expired_confirmation_cannot_be_approved(
     assert events(held) == [("expired", "expiry")]
     assert ledger(order) == []
     # An expired call may be held again.
-    again = refund_call(agent, 6_000)
+    again = refund_call(holding_agent, 6_000)
     assert again.code == "CONFIRMATION_REQUIRED"
     assert again.data["confirmation_id"] != held.pk
 
@@ -226,7 +226,7 @@ def test_above_a_reviewers_limit_their_approval_is_a_vote(
 
 
 def test_an_approval_re_checks_the_live_state_and_invalidates_a_call_that_no_longer_passes(
-    agent: Agent,
+    holding_agent: Agent,
     held_refund: HeldRefund,
     reviewers: list[User],
     order: Order,
@@ -270,7 +270,7 @@ def test_a_refused_execution_fails_for_certain_and_moves_nothing(
 
 
 def test_a_lost_answer_is_unknown_and_reconciled_by_asking_the_gateway(
-    agent: Agent,
+    holding_agent: Agent,
     held_refund: HeldRefund,
     reviewers: list[User],
     order: Order,
@@ -282,7 +282,7 @@ def test_a_lost_answer_is_unknown_and_reconciled_by_asking_the_gateway(
         confirmation_approve(confirmation_id=held.pk, reviewer=reviewers[0])
     held.refresh_from_db()
     assert held.status == "unknown"
-    while_unknown = refund_call(agent, 6_000)
+    while_unknown = refund_call(holding_agent, 6_000)
 
     confirmation_reconcile(confirmation_id=held.pk, reviewer=reviewers[1])
 

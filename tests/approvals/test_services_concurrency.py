@@ -88,14 +88,14 @@ def test_a_double_submit_by_one_reviewer_is_one_vote(
 
 @pytest.mark.parametrize("round_", range(3))
 def test_an_approval_racing_the_agents_identical_call_executes_once(
-    round_: int, agent: Agent, held_refund: HeldRefund, reviewers: list[User], order: Order
+    round_: int, holding_agent: Agent, held_refund: HeldRefund, reviewers: list[User], order: Order
 ) -> None:
     held = held_refund()
 
     outcomes = at_once(
         lambda: confirmation_approve(confirmation_id=held.pk, reviewer=reviewers[0]),
-        lambda: refund_call(agent, 6_000),
-        lambda: refund_call(agent, 6_000),
+        lambda: refund_call(holding_agent, 6_000),
+        lambda: refund_call(holding_agent, 6_000),
     )
 
     held.refresh_from_db()

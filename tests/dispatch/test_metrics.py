@@ -12,11 +12,13 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from dispatch.metrics import (
     audit_in_session_order,
     call_figures,
+    policy_what_if,
     rollups_from_audit,
     rollups_live,
 )
@@ -29,13 +31,9 @@ pytestmark = pytest.mark.usefixtures("orders")
 GOOD_READ = {"order_id": "ORD-1001"}
 BAD_READ = {"order_id": 1001}  # INVALID_ARGUMENTS, which the model can fix
 UNKNOWN_ORDER = {"order_id": "ORD-9999"}  # ORDER_NOT_FOUND, which it cannot
-HELD_REFUND = {
-    "order_id": "ORD-1001",
-    "amount_cents": 9_000,
-    "currency": "BRL",
-    "reason": "damaged",
-}
-BAD_REFUND = {"order_id": "ORD-1001", "amount_cents": 90.0, "currency": "BRL", "reason": "damaged"}
+REFUND = {"order_id": "ORD-1001", "currency": "BRL", "reason": "damaged"}
+HELD_REFUND = {**REFUND, "amount_cents": 9_000}
+BAD_REFUND = {**REFUND, "amount_cents": 90.0}
 
 
 def send(agent: Agent, session: str, tool: str, arguments: object) -> str:
@@ -181,9 +179,10 @@ def test_concurrent_writers_count_every_call_once_and_a_rebuild_agrees(
     def session(index: int) -> None:
         try:
             barrier.wait(timeout=30)
+            # Each session's calls one after another, as an agent sends them; the sessions at once.
             for round_ in range(5):
-                send(agent, f"s-{index % 4}", "get_order", BAD_READ)
-                send(agent, f"s-{index % 4}", "get_order", GOOD_READ)
+                send(agent, f"s-{index}", "get_order", BAD_READ)
+                send(agent, f"s-{index}", "get_order", GOOD_READ)
                 send(agent, f"s-{index}-{round_}", "refund_order", BAD_REFUND)
         finally:
             connection.close()
@@ -198,3 +197,25 @@ def test_concurrent_writers_count_every_call_once_and_a_rebuild_agrees(
     assert sum(row[0] for row in live.values()) == 8 * 5 * 3
     assert rollups_live() == live
     assert "Rebuilt" in out.getvalue()
+
+
+def test_the_what_if_reads_the_records_and_writes_nothing(make_agent: MakeAgent) -> None:
+    agent, _ = make_agent()
+    send(agent, "s-1", "refund_order", {**REFUND, "amount_cents": 3_000})
+    send(agent, "s-2", "refund_order", {**REFUND, "amount_cents": 1_500})
+    send(agent, "s-3", "refund_order", {**REFUND, "amount_cents": 6_000})
+    now = timezone.now()
+
+    with CaptureQueriesContext(connection) as queries:
+        result = policy_what_if(
+            agent_id=agent.pk,
+            since=now - timedelta(hours=1),
+            until=now + timedelta(hours=1),
+            changes={"auto_approve_below_cents": 20_000},
+        )
+
+    assert result["calls"] == 3
+    assert result["actual"]["without_human"] == (2, 4_500)
+    assert result["actual"]["held"] == (1, 6_000)
+    assert result["what_if"]["without_human"] == (3, 10_500)
+    assert all(query["sql"].lstrip().upper().startswith("SELECT") for query in queries)

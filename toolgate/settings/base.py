@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -233,3 +234,13 @@ TOOLGATE_SECURITY_EVENTS_RETENTION_DAYS = env.int(
     "TOOLGATE_SECURITY_EVENTS_RETENTION_DAYS", default=30
 )
 TOOLGATE_SECURITY_EVENTS_MAX_ROWS = env.int("TOOLGATE_SECURITY_EVENTS_MAX_ROWS", default=100_000)
+
+# An agent host's Idempotency-Key gets its first answer again for this many hours (at least 24,
+# as hosts are promised); dispatch.host_keys prunes older keys on write and with
+# `manage.py prune_idempotency_keys`.
+TOOLGATE_IDEMPOTENCY_KEY_HOURS = env.int("TOOLGATE_IDEMPOTENCY_KEY_HOURS", default=24)
+if TOOLGATE_IDEMPOTENCY_KEY_HOURS < 24:
+    raise ImproperlyConfigured(
+        "TOOLGATE_IDEMPOTENCY_KEY_HOURS must be at least 24: agent hosts are promised that a key "
+        "gets its first answer again for a day."
+    )

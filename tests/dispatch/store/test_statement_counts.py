@@ -5,7 +5,7 @@ its lookup in one statement, settles the key with the audit record, and a refund
 order and enters the ledger in one; SQLite, which has no data-modifying WITH, runs each of them
 as separate statements. BEGIN and COMMIT are not counted here:
 they are one round trip each, made on PostgreSQL only by a call that claims a write's key
-(tests/dispatch/test_call_scope.py).
+(tests/dispatch/test_services.py).
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ from orders.models import Order
 from tests.conftest import MakeAgent
 
 ONE_STATEMENT = connection.vendor == "postgresql"
+
+# What docs/benchmarks.md counts: a contract on speed, in a group of its own
+# (`pytest -m "not speed_contract"` leaves it out).
+pytestmark = pytest.mark.speed_contract
 
 
 def _statements(make_agent: MakeAgent, tool: str, arguments: dict[str, object]) -> int:

@@ -20,6 +20,8 @@ OPERATIONS = {
     ("/api/v1/codes", "get"),
     ("/api/v1/sessions/{session_id}/calls", "get"),
     ("/api/v1/confirmations/{confirmation_id}", "get"),
+    ("/api/v1/metrics", "get"),
+    ("/api/v1/metrics/what-if", "get"),
 }
 
 
@@ -52,7 +54,16 @@ def test_the_schema_is_served_without_a_token(served: dict[str, Any]) -> None:
     assert served["components"]["securitySchemes"]["AgentToken"]["name"] == "Authorization"
     calls = served["paths"]["/api/v1/calls"]["post"]
     assert set(calls["requestBody"]["content"]) == {"application/json"}
-    assert {"200", "400", "401", "409", "413", "429"} <= set(calls["responses"])
+    assert {"200", "400", "401", "409", "413", "422", "429"} <= set(calls["responses"])
+
+
+def test_the_idempotency_key_header_is_documented(served: dict[str, Any]) -> None:
+    parameters = served["paths"]["/api/v1/calls"]["post"]["parameters"]
+
+    (header,) = [p for p in parameters if p["in"] == "header" and p["name"] == "Idempotency-Key"]
+    assert header.get("required", False) is False
+    assert header["schema"] == {"type": "string", "pattern": "^[\\x20-\\x7e]{1,255}$"}
+    assert "session_id" in header["description"]
 
 
 def test_the_yaml_schema_is_served_too(live_server: LiveServer) -> None:
@@ -71,11 +82,20 @@ def validator(document: dict[str, Any], path: str, method: str, status: str) -> 
 @pytest.mark.usefixtures("orders")
 def test_real_answers_match_the_schema(served: dict[str, Any], api: AgentClient) -> None:
     held = api.refund(6000)
+    api.post_call("get_order", {"order_id": "ORD-1001"}, headers={"Idempotency-Key": "k"})
     answers = [
         ("/api/v1/calls", "post", "200", api.refund(1000)),
         ("/api/v1/calls", "post", "200", held),
         ("/api/v1/calls", "post", "200", api.call("refund_order", "nope")),
         ("/api/v1/calls", "post", "400", api.post_body("nope").json()),
+        (
+            "/api/v1/calls",
+            "post",
+            "422",
+            api.post_call(
+                "get_order", {"order_id": "ORD-1002"}, headers={"Idempotency-Key": "k"}
+            ).json(),
+        ),
         ("/api/v1/tools", "get", "200", api.get("/api/v1/tools", format="openai").json()),
         ("/api/v1/tools", "get", "400", api.get("/api/v1/tools", format="x").json()),
         ("/api/v1/codes", "get", "200", api.get("/api/v1/codes").json()),

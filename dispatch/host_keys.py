@@ -1,0 +1,191 @@
+"""The `Idempotency-Key` header of POST /api/v1/calls, with Stripe's semantics.
+
+The pipeline's own idempotency key is derived from the session, so a host that restarts under a
+new session id sends, as far as the pipeline can tell, a new call. A key the host chose and kept
+ties the resent request to the first answer instead:
+
+- the same key (per agent) with the same request gets the first answer again, byte for byte,
+  and the pipeline does not run;
+- the same key with another request is refused (422, `idempotency_key_reused`);
+- while the first request with a key runs, another gets 409 `idempotency_key_in_progress`,
+  retryable; a run whose process died is taken over once it is TAKE_OVER_AFTER old.
+
+"The same request" is the customer, the tool and the arguments as sent. The session id is left
+out on purpose: a host that restarts starts a new conversation and a new session id, and resends
+what it had not seen answered; comparing the session would turn the very case the key exists for
+into an error. The customer is compared, so a key never returns another customer's answer.
+
+The key is claimed by inserting its row before the call runs: the unique (agent, key) decides
+which of two racing requests runs, whatever the interleaving. The answer is written in the call's
+own transaction, so the effect and the answer a resend gets commit together or not at all. Only a
+final answer is kept: a 200 whose `retryable` is false. A retryable result (nothing was done, and
+sending it again can help) and an envelope error (400, 409, 500, ...) free the key again.
+
+Keys are kept TOOLGATE_IDEMPOTENCY_KEY_HOURS (at least 24, Stripe's period); every PRUNE_EVERY-th
+new key deletes one batch of the expired ones, and `manage.py prune_idempotency_keys` all of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from django.conf import settings
+from django.db import DatabaseError, IntegrityError, transaction
+from django.utils import timezone
+
+from dispatch.errors import IdempotencyKeyInProgress, IdempotencyKeyReused
+from dispatch.models import Agent, HostIdempotencyKey
+from dispatch.pipeline.canonical import arguments_hash, canonical_json
+
+logger = logging.getLogger(__name__)
+
+HEADER = "Idempotency-Key"
+# Printable ASCII, 1 to 255 characters, as Stripe takes it.
+KEY_PATTERN = re.compile(r"[\x20-\x7e]{1,255}")
+
+# Far longer than any call takes (a call that writes is one short transaction; the gateway's
+# retries last a second or two): a key in progress for longer belongs to a process that died.
+TAKE_OVER_AFTER = timedelta(minutes=5)
+
+PRUNE_EVERY = 100
+PRUNE_BATCH = 500
+
+
+class Claim(NamedTuple):
+    """This request runs the call: the key's row, and the claim it must still hold to answer."""
+
+    pk: int
+    claimed_at: datetime
+
+
+class Answer(NamedTuple):
+    """The first answer to the key, to be given again."""
+
+    status_code: int
+    body: bytes
+
+
+def request_hash(*, customer_id: str, tool: str, arguments: str | Mapping[str, Any]) -> str:
+    """What two requests with one key must share; arguments as sent (an object in any key
+    order, or the same text)."""
+    return arguments_hash(
+        canonical_json({"customer_id": customer_id, "tool": tool, "arguments": arguments})
+    )
+
+
+def host_key_claim(
+    *, agent: Agent, key: str, request_hash: str, now: datetime | None = None
+) -> Claim | Answer:
+    """Claim the key for this request, or give the first answer to it.
+
+    Raises IdempotencyKeyReused for another request, IdempotencyKeyInProgress while the first runs.
+    """
+    now = now or timezone.now()
+    # A row found and then gone (its run failed and freed it) is claimed again; twice at most.
+    for _ in range(3):
+        try:
+            # A savepoint, so that losing the race does not break a transaction around it.
+            with transaction.atomic():
+                row = HostIdempotencyKey.objects.create(
+                    agent=agent, key=key, request_hash=request_hash, created_at=now, claimed_at=now
+                )
+        except IntegrityError:
+            pass
+        else:
+            _prune_now_and_then(row.pk, now)
+            return Claim(row.pk, now)
+        found = HostIdempotencyKey.objects.filter(agent=agent, key=key).first()
+        if found is None:
+            continue
+        if found.request_hash != request_hash:
+            raise IdempotencyKeyReused(
+                f"The {HEADER} {_shown(key)} was first sent with another customer_id, tool or "
+                "arguments; a key names one request. Use a new key for a new request."
+            )
+        if found.completed_at is not None and found.status_code is not None:
+            return Answer(found.status_code, found.response_body.encode("utf-8"))
+        if found.claimed_at > now - TAKE_OVER_AFTER:
+            raise IdempotencyKeyInProgress()
+        taken = HostIdempotencyKey.objects.filter(
+            pk=found.pk, completed_at=None, claimed_at=found.claimed_at
+        ).update(claimed_at=now)
+        if taken == 1:
+            logger.warning(
+                "Took over the %s of agent %s, in progress since %s",
+                HEADER,
+                agent.pk,
+                found.claimed_at.isoformat(),
+            )
+            return Claim(found.pk, now)
+    raise IdempotencyKeyInProgress()
+
+
+def host_key_answer(*, claim: Claim, status_code: int, body: bytes) -> None:
+    """Keep the answer to the claimed key; call it in the call's transaction, before it commits.
+
+    Raises IdempotencyKeyInProgress if the claim was taken over meanwhile: the call must then not
+    commit, since the run that took it over answers the key.
+    """
+    answered = HostIdempotencyKey.objects.filter(
+        pk=claim.pk, claimed_at=claim.claimed_at, completed_at=None
+    ).update(
+        status_code=status_code,
+        response_body=body.decode("utf-8"),
+        completed_at=timezone.now(),
+    )
+    if answered != 1:
+        raise IdempotencyKeyInProgress()
+
+
+def host_key_release(*, claim: Claim) -> None:
+    """Free the claimed key, unanswered: the same request with it runs again."""
+    try:
+        # A savepoint: called within the call's transaction too, which a failure here must not
+        # leave broken.
+        with transaction.atomic():
+            HostIdempotencyKey.objects.filter(
+                pk=claim.pk, claimed_at=claim.claimed_at, completed_at=None
+            ).delete()
+    except DatabaseError as exc:
+        # Called while an error is on its way out (the database may be why): the key is then
+        # taken over after TAKE_OVER_AFTER rather than freed now.
+        logger.warning("Could not free an %s: %s", HEADER, str(exc).strip()[:200])
+
+
+def host_keys_prune(*, now: datetime | None = None, batches: int | None = None) -> int:
+    """Delete the keys past TOOLGATE_IDEMPOTENCY_KEY_HOURS, oldest first, in batches of
+    PRUNE_BATCH (all that are due when `batches` is None); returns how many."""
+    cutoff = (now or timezone.now()) - timedelta(hours=settings.TOOLGATE_IDEMPOTENCY_KEY_HOURS)
+    deleted = 0
+    for _ in range(batches) if batches is not None else itertools.count():
+        ids = list(
+            HostIdempotencyKey.objects.filter(claimed_at__lt=cutoff)
+            .order_by("claimed_at")
+            .values_list("pk", flat=True)[:PRUNE_BATCH]
+        )
+        if ids:
+            # Checked again: a key taken over since it was read is not expired.
+            deleted += HostIdempotencyKey.objects.filter(
+                pk__in=ids, claimed_at__lt=cutoff
+            ).delete()[0]
+        if len(ids) < PRUNE_BATCH:
+            break
+    return deleted
+
+
+def _prune_now_and_then(pk: int, now: datetime) -> None:
+    if pk % PRUNE_EVERY != 0:
+        return
+    try:
+        host_keys_prune(now=now, batches=1)
+    except Exception:
+        logger.exception("Could not prune idempotency keys")
+
+
+def _shown(key: str) -> str:
+    return repr(key if len(key) <= 40 else key[:39] + "…")

@@ -1,0 +1,108 @@
+"""GET /api/v1/metrics: the dashboard's figures, for managers only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.test import Client
+
+from dispatch.services import call_dispatch
+from tests.conftest import AgentClient, MakeAgent
+
+pytestmark = pytest.mark.usefixtures("orders")
+
+REFUND = {"order_id": "ORD-1001", "currency": "BRL", "reason": "damaged"}
+
+
+@pytest.fixture
+def manager(db: None) -> Client:
+    user = User.objects.create_user("maria", password="pw")
+    user.groups.add(Group.objects.get_or_create(name="managers")[0])
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_a_manager_reads_the_figures_of_the_calls(make_agent: MakeAgent, manager: Client) -> None:
+    agent, _ = make_agent()
+    for arguments in ({"order_id": 1001}, {"order_id": "ORD-1001"}):
+        call_dispatch(
+            agent=agent,
+            session_id="s-1",
+            customer_id="CUS-1",
+            tool="get_order",
+            arguments=json.dumps(arguments),
+        )
+
+    response = manager.get("/api/v1/metrics", {"agent": str(agent.pk), "tool": "get_order"})
+
+    assert response.status_code == 200
+    total = response.json()["calls"]["total"]
+    assert (total["calls"], total["rejected"], total["recovery_rate"]) == (2, 1, 1.0)
+
+
+def test_a_reviewer_who_is_not_a_manager_gets_403(db: None) -> None:
+    reviewer = User.objects.create_user("rui", password="pw")
+    client = Client()
+    client.force_login(reviewer)
+
+    response = client.get("/api/v1/metrics")
+
+    assert response.status_code == 403
+    assert response.json()["error"]["status"] == 403
+
+
+def test_an_agent_token_opens_nothing_here(api: AgentClient) -> None:
+    response = api.http.get(f"{api.base_url}/api/v1/metrics", headers=api.headers())
+
+    assert response.status_code in {401, 403}
+
+
+def test_a_bad_range_is_a_clear_400(manager: Client) -> None:
+    response = manager.get("/api/v1/metrics", {"since": "yesterday"})
+
+    assert response.status_code == 400
+    assert "ISO 8601" in response.json()["error"]["message"]
+
+
+def test_a_manager_asks_what_a_looser_policy_would_have_done(
+    make_agent: MakeAgent, manager: Client
+) -> None:
+    agent, _ = make_agent()
+    for session, amount in (("s-1", 3_000), ("s-2", 6_000)):
+        call_dispatch(
+            agent=agent,
+            session_id=session,
+            customer_id="CUS-1",
+            tool="refund_order",
+            arguments=json.dumps(
+                {
+                    "order_id": "ORD-1001",
+                    "amount_cents": amount,
+                    "currency": "BRL",
+                    "reason": "damaged",
+                }
+            ),
+        )
+
+    response = manager.get(
+        "/api/v1/metrics/what-if",
+        {"agent": str(agent.pk), "auto_approve_below_cents": "10000"},
+    )
+
+    assert response.status_code == 200
+    assert response.json()["actual"]["held"] == [1, 6_000]
+    assert response.json()["what_if"]["without_human"] == [2, 9_000]
+
+
+def test_a_what_if_with_a_bad_value_is_a_clear_400(make_agent: MakeAgent, manager: Client) -> None:
+    agent, _ = make_agent()
+
+    response = manager.get(
+        "/api/v1/metrics/what-if", {"agent": str(agent.pk), "daily_cap_cents": "-5"}
+    )
+
+    assert response.status_code == 400
+    assert "daily_cap_cents" in response.json()["error"]["message"]
