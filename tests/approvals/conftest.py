@@ -103,7 +103,7 @@ def manager(make_user: MakeUser) -> User:
 
 
 @pytest.fixture
-def hold_refund(agent: Agent, orders: dict[str, Order]) -> HoldRefund:
+def hold_refund(holding_agent: Agent, orders: dict[str, Order]) -> HoldRefund:
     """A refund of ORD-1001 (CUS-1, 120,00 BRL) or another order, held for a human."""
 
     def hold(
@@ -116,7 +116,7 @@ def hold_refund(agent: Agent, orders: dict[str, Order]) -> HoldRefund:
         reason: str = "damaged",
     ) -> Confirmation:
         result = call_dispatch(
-            agent=agent,
+            agent=holding_agent,
             session_id=session_id or f"s-{next(_sessions)}",
             customer_id=customer_id,
             tool="refund_order",

@@ -129,10 +129,10 @@ def test_the_queue_leaves_out_an_item_past_its_expiry_and_the_history_shows_it_e
 
 
 def test_the_queue_shows_the_sessions_earlier_calls_with_their_codes(
-    client: Client, reviewer: User, agent: Agent, hold_refund: HoldRefund
+    client: Client, reviewer: User, holding_agent: Agent, hold_refund: HoldRefund
 ) -> None:
     call_dispatch(
-        agent=agent,
+        agent=holding_agent,
         session_id="chat-7",
         customer_id="CUS-1",
         tool="refund_order",
