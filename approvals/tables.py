@@ -48,7 +48,11 @@ class HistoryTable(tables.Table):  # type: ignore[misc]
     why = tables.Column(
         verbose_name="Reason", empty_values=(), orderable=False, attrs={"td": {"class": "why"}}
     )
-    link = tables.Column(verbose_name="", empty_values=(), orderable=False)
+    link = tables.Column(
+        verbose_name=format_html('<span class="sr-only">{}</span>', "Details"),
+        empty_values=(),
+        orderable=False,
+    )
 
     class Meta:
         model = Confirmation
