@@ -27,6 +27,9 @@ from dispatch.registry import tool_registry
 REVIEWERS_GROUP = "reviewers"
 MANAGERS_GROUP = "managers"
 
+# How many pending items the queue shows at once: each reads its order and its conversation, and
+# the page reloads every few seconds.
+QUEUE_SHOWN = 50
 # How many of the session's earlier calls an item shows (the latest ones).
 EARLIER_CALLS_SHOWN = 10
 # The events that settle a pending confirmation, and so say who decided it.
@@ -278,11 +281,13 @@ def review_items(
     return items
 
 
-def queue_items(*, reader: User, now: datetime | None = None) -> list[ReviewItem]:
-    """Pending confirmations, the soonest to expire first."""
+def queue_items(
+    *, reader: User, limit: int = QUEUE_SHOWN, now: datetime | None = None
+) -> list[ReviewItem]:
+    """Pending confirmations, the soonest to expire first (the first `limit` of them)."""
     now = now or timezone.now()
     pending = pending_queryset(now).select_related("agent").order_by("expires_at", "created_at")
-    return review_items(pending, reader=reader, now=now)
+    return review_items(pending[:limit], reader=reader, now=now)
 
 
 def in_flight_items(*, reader: User, now: datetime | None = None) -> list[ReviewItem]:

@@ -58,9 +58,10 @@ def _reader(request: HttpRequest) -> User:
 @reviewer_required
 def queue(request: HttpRequest) -> HttpResponse:
     reader = _reader(request)
-    items = selectors.queue_items(reader=reader)
+    items = selectors.queue_items(reader=reader, limit=selectors.QUEUE_SHOWN)
     context = {
         "items": items,
+        "pending_total": selectors.pending_count(),
         "in_flight": selectors.in_flight_items(reader=reader),
         "unknown_count": selectors.unknown_count(),
         "refresh_seconds": settings.TOOLGATE_QUEUE_REFRESH_SECONDS,

@@ -368,3 +368,19 @@ def test_the_history_sorts_by_a_column_from_the_query_string(
 
     assert ascending.index(small.pk) < ascending.index(large.pk)
     assert descending.index(large.pk) < descending.index(small.pk)
+
+
+def test_the_queue_shows_the_soonest_few_of_a_long_queue_and_says_how_many_wait(
+    client: Client, reviewer: User, hold_refund: HoldRefund, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("approvals.selectors.QUEUE_SHOWN", 2)
+    for amount in (5_000, 5_100, 5_200):
+        hold_refund(amount)
+    client.force_login(reviewer)
+
+    response = client.get("/approvals/")
+
+    content = response.content.decode()
+    assert content.count('<article class="item') == 2
+    assert "Showing the 2 that expire soonest of 3 waiting" in text(response)
+    assert re.search(r'id="nav-pending-count"[^>]*>3<', content)
