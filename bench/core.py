@@ -26,6 +26,9 @@ step budget is never reached), and each session is made of exactly:
 The 20 calls of a session are shuffled with a seeded RNG (a replay always comes after the refund
 it repeats). Before timing, one pass checks that every call gets the code the mix intends.
 
+Sessions take 64 customers in turn, each with 8 orders of its own, as in bench.api: the risk is
+counted per customer, and a deployment serves many.
+
 Refunds are judged on the money (dispatch/pipeline/allowance.py): a customer's auto-approved
 refunds within the policy's window count against its auto-approve amount, and a refund that
 repeats an executed one (same order, same amount) from another session is held. So the amounts
@@ -65,8 +68,12 @@ from orders.tools import order_tools
 TARGET_US = 25.0
 SESSION_CALLS = 20
 AGENT = "bench-agent"
-CUSTOMER = "CUS-1"
-ORDERS = tuple(f"ORD-{1001 + n}" for n in range(8))
+# Sessions take the customers in turn, each with orders of its own, as bench.api's do.
+CUSTOMERS = tuple(f"CUS-{n + 1}" for n in range(64))
+ORDERS_OF = {
+    customer: tuple(f"ORD-{1001 + 8 * c + n}" for n in range(8))
+    for c, customer in enumerate(CUSTOMERS)
+}
 # Large enough that the refunds of every round keep succeeding.
 ORDER_TOTAL_CENTS = 10**13
 # Above the sum of a round's executed refunds (each order's amounts 1, 2, 3, ... cents: about
@@ -96,6 +103,7 @@ SESSION_MIX = (
 class Call:
     kind: str
     session_id: str
+    customer_id: str
     tool: str
     arguments: str
     # The result code the core must give (checked once before timing).
@@ -116,8 +124,9 @@ def policy() -> Policy:
 
 def new_book() -> InMemoryOrderBook:
     book = InMemoryOrderBook()
-    for order_id in ORDERS:
-        book.add(order_id, CUSTOMER, ORDER_TOTAL_CENTS, "BRL")
+    for customer, orders in ORDERS_OF.items():
+        for order_id in orders:
+            book.add(order_id, customer, ORDER_TOTAL_CENTS, "BRL")
     return book
 
 
@@ -144,6 +153,7 @@ def make_calls(count: int, seed: int) -> list[Call]:
     sessions = -(-count // SESSION_CALLS)
     for number in range(sessions):
         session_id = f"bench-{number}"
+        customer = CUSTOMERS[number % len(CUSTOMERS)]
         kinds = [kind for kind, times in SESSION_MIX for _ in range(times)]
         for position, kind in enumerate(kinds):
             if kind == "bad":
@@ -157,7 +167,7 @@ def make_calls(count: int, seed: int) -> list[Call]:
                 kinds[first], kinds[replay] = kinds[replay], kinds[first]
         last_refund: str | None = None
         for kind in kinds:
-            order_id = rng.choice(ORDERS)
+            order_id = rng.choice(ORDERS_OF[customer])
             tool, expect = "refund_order", "OK"
             if kind == "get_order":
                 tool, arguments = "get_order", _args(order_id=order_id)
@@ -201,12 +211,12 @@ def make_calls(count: int, seed: int) -> list[Call]:
                 arguments = last_refund
             else:  # pragma: no cover - the mix above is closed
                 raise AssertionError(kind)
-            calls.append(Call(kind, session_id, tool, arguments, expect))
+            calls.append(Call(kind, session_id, customer, tool, arguments, expect))
     return calls
 
 
 def tool_calls(calls: Sequence[Call]) -> list[ToolCall]:
-    return [ToolCall(AGENT, c.session_id, CUSTOMER, c.tool, c.arguments) for c in calls]
+    return [ToolCall(AGENT, c.session_id, c.customer_id, c.tool, c.arguments) for c in calls]
 
 
 def verify(calls: Sequence[Call]) -> tuple[Counter[str], int]:
@@ -247,16 +257,16 @@ def time_naive(calls: Sequence[Call]) -> tuple[float, int, int]:
     """Seconds for the naive loop on the same calls, how many crashed it, and refunds made."""
     book = new_book()
     handlers = {spec.name: (spec.handler, spec.arguments) for spec in order_tools(book)}
-    batch = [(c.tool, c.arguments) for c in calls]
+    batch = [(c.tool, c.arguments, c.customer_id) for c in calls]
     crashed = 0
     loads = json.loads
     gc.collect()
     started = time.perf_counter()
-    for number, (tool, raw) in enumerate(batch):
+    for number, (tool, raw, customer) in enumerate(batch):
         try:
             handler, model = handlers[tool]
             # No checks at all: the parsed values go to the handler as they are.
-            handler(model.model_construct(**loads(raw)), ExecutionContext(CUSTOMER, f"n{number}"))
+            handler(model.model_construct(**loads(raw)), ExecutionContext(customer, f"n{number}"))
         except Exception:
             crashed += 1
     return time.perf_counter() - started, crashed, len(book.receipts)

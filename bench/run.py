@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-# (a) the pipeline core in-process; (b) the API under gunicorn.
-BENCHMARKS = ("core", "api")
+# (a) the pipeline core in-process; (b) the API under gunicorn; (c) the manager's figures.
+BENCHMARKS = ("core", "api", "analytics")
 
 
 def _importable() -> None:

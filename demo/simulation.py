@@ -1,21 +1,26 @@
 """Simulated agent hosts: realistic sessions, well-behaved and not, sent through the real HTTP API.
 
-Each scenario plays one conversation the way a model gets it wrong in practice (or right), and
-where a real model would, it reads the rejection and sends the corrected call, so that the
-recovery metric has something to measure. The scenarios speak the orders domain and are sized
-for the demo policy (no human below 5000 cents, at most 50000 per call).
+Each scenario plays one conversation the way a model gets it wrong in practice (or right). After a
+rejection the simulated model does what a real one can: it reads the text it got back (HintReader)
+and sends the call that text asks for; where the text does not say what to send, it guesses or
+gives up. So the recovery rate of a run measures how actionable the messages are. The scenarios
+speak the orders domain and are sized for the demo policy (no human below 5000 cents, at most
+50000 per call).
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import requests
@@ -26,11 +31,11 @@ from orders.tools import CURRENCIES, REFUND_REASONS
 OK = "OK"
 HELD = "CONFIRMATION_REQUIRED"
 ENDS_A_LOOP = frozenset({"LOOP_DETECTED", "STEP_LIMIT"})
-# What the recovery metric counts: a fixable rejection followed, within this many calls of the
-# same session, by a call to the same tool that passes (ok, or held for a human).
-RECOVERY_WINDOW = 3
-# Of the sessions whose model could fix its call, how many give up instead.
-GIVE_UP_SHARE = 0.2
+# How many corrections a simulated model sends after a rejection before it stops trying.
+MAX_CORRECTIONS = 2
+# When the text it got back does not say what to send, how often the model gives up rather
+# than guess.
+GIVE_UP_SHARE = 0.5
 # A simulated model never loops forever, whatever the server answers.
 MAX_REPEATS = 12
 THROTTLE_RETRIES = 5
@@ -160,6 +165,204 @@ def _json_of(response: requests.Response, base_url: str) -> Any:
         return None
 
 
+# What a model picks out of the text it got back: each is a way a message can say what to send.
+_SEND = re.compile(
+    r'\bsend (?:the number )?("(?:[^"\\]|\\.)*"|-?[0-9]+(?:\.[0-9]+)?|true|false)(?=[\s,;)]|$)'
+)
+_SEND_SUCH_AS = re.compile(
+    r"\bsend (?:at least|at most|more than|less than) \S+, such as (-?[0-9]+)"
+)
+_SUCH_AS_FOR = re.compile(r"\bsuch as (-?[0-9]+) for (-?[0-9]+\.[0-9]+)")
+_EXAMPLE = re.compile(r"(-?[0-9]+\.[0-9]+) is (-?[0-9]+)\b")
+_SUCH_AS = re.compile(r"\bsuch as ([A-Za-z0-9_-]+)")
+_MEANT = re.compile(r"\bdid you mean ([A-Za-z_][A-Za-z0-9_]*)\?")
+_FIELDS = re.compile(r"\bthe only fields are: ([A-Za-z0-9_, ]+)")
+_TOOLS = re.compile(r"\bthe tools you can call are: ([A-Za-z0-9_, ]+)")
+_CHOICES = re.compile(
+    r"""(?:is not one of|Input should be) ((?:(?:"[^"]*"|'[^']*')(?:, | or )?)+)"""
+)
+_QUOTED = re.compile(r""""([^"]*)"|'([^']*)'""")
+_PATTERN = re.compile(r"(?:does not match|should match pattern) '?(\^\S+?\$)'?(?=[\s,;)]|$)")
+_IS_IN = re.compile(r"\bis in ([A-Z]{3}), not\b")
+_REFUNDABLE = re.compile(r"\bthe ([0-9]+) still refundable\b")
+_BOUND_WORDS = ("greater than", "less than", "minimum", "maximum")
+# Not understood: the model does not know what to send.
+_UNREAD = object()
+
+
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _decimal(value: object) -> Decimal | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = Decimal(repr(value) if isinstance(value, float) else str(value).strip())
+    except InvalidOperation:
+        return None
+    return number if number.is_finite() else None
+
+
+def _same_word(a: str, b: str) -> bool:
+    return re.sub(r"[\s_-]+", "_", a.strip().lower()) == re.sub(r"[\s_-]+", "_", b.strip().lower())
+
+
+class HintReader:
+    """What a simulated model makes of a rejection: only what the text it got back says, and what
+    it knows from the conversation (the user's order, the values it meant to send).
+
+    It follows a hint that says what to send; it fixes what is plain to see (a case, a value from
+    a listed few, a field renamed); where the text leaves it guessing, it gives up or guesses.
+    The same reader is used whatever the server answers, so two runs with the same seed compare
+    the messages and nothing else.
+    """
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def correct(
+        self,
+        *,
+        tool: str,
+        sent: Mapping[str, Any],
+        result: Mapping[str, Any],
+        meant: Mapping[str, Any],
+        meant_tool: str,
+    ) -> tuple[str, dict[str, Any]] | None:
+        """The call the model sends next, or None if it stops trying."""
+        code = str(result.get("code"))
+        text = str(result.get("message") or "")
+        field_name = text.partition(": ")[0]
+        if code == "INVALID_JSON":
+            # Told its text is not one JSON object, it writes the object it meant.
+            return tool, dict(meant)
+        if code == "UNKNOWN_TOOL":
+            offered = _TOOLS.search(text)
+            if offered is None or meant_tool not in _names(offered[1]):
+                return None
+            return meant_tool, dict(sent)
+        if code == "INVALID_ARGUMENTS":
+            fixed = self._arguments(sent, meant, text)
+            return None if fixed is None else (tool, fixed)
+        if code == "CURRENCY_MISMATCH" and (found := _IS_IN.search(text)):
+            return tool, {**sent, field_name: found[1]}
+        if code == "AMOUNT_EXCEEDS_REFUNDABLE" and (found := _REFUNDABLE.search(text)):
+            # Told what is left, it sends the amount the user asked for if that fits; if not, it
+            # asks the user rather than refund everything that is left.
+            asked = meant.get(field_name)
+            if isinstance(asked, int) and asked != sent.get(field_name) and asked <= int(found[1]):
+                return tool, {**sent, field_name: asked}
+            return None
+        if code == "ORDER_NOT_FOUND" and "ask" in text and field_name in meant:
+            # It asks the user, as told, and the user gives the id they meant.
+            return tool, {**sent, field_name: meant[field_name]}
+        return None
+
+    def _arguments(
+        self, sent: Mapping[str, Any], meant: Mapping[str, Any], text: str
+    ) -> dict[str, Any] | None:
+        fixed = dict(sent)
+        parts = [part.partition(": ") for part in text.split("; ")]
+        # Unknown fields first: one the message renames is then no longer missing.
+        for _, _, hint in parts:
+            allowed = _FIELDS.search(hint)
+            if allowed is None:
+                continue
+            meant_name = _MEANT.search(hint)
+            for key in [key for key in fixed if key not in _names(allowed[1])]:
+                value = fixed.pop(key)
+                if meant_name is not None and meant_name[1] not in fixed:
+                    fixed[meant_name[1]] = value
+        for name, _, hint in parts:
+            if _FIELDS.search(hint):
+                continue
+            if "required" in hint:
+                if name not in fixed:
+                    if name not in meant:
+                        return None
+                    fixed[name] = meant[name]
+                continue
+            value = self._value(fixed.get(name), hint)
+            if value is _UNREAD:
+                if self.rng.random() < GIVE_UP_SHARE:
+                    return None
+                value = self._guess(fixed.get(name), hint)
+            fixed[name] = value
+        return fixed
+
+    def _value(self, value: Any, hint: str) -> Any:
+        if send := _SEND.search(hint):
+            return json.loads(send[1])
+        if send := _SEND_SUCH_AS.search(hint):
+            return int(send[1])
+        if choices := _CHOICES.search(hint):
+            options = [a or b for a, b in _QUOTED.findall(choices[1])]
+            if isinstance(value, str):
+                for option in options:
+                    if _same_word(option, value):
+                        return option
+            return _UNREAD
+        if any(word in hint for word in _BOUND_WORDS):
+            return _UNREAD
+        number = _decimal(value)
+        if "integer" in hint and number is not None:
+            return self._integer(number, hint)
+        if "string" in hint and number is not None and not isinstance(value, str):
+            return str(value)
+        if (pattern := _PATTERN.search(hint)) and isinstance(value, str):
+            return self._matching(value, pattern[1], hint)
+        return _UNREAD
+
+    def _integer(self, number: Decimal, hint: str) -> Any:
+        example = _SUCH_AS_FOR.search(hint)
+        minor, major = (example[1], example[2]) if example else (None, None)
+        if example is None and (stated := _EXAMPLE.search(hint)):
+            major, minor = stated[1], stated[2]
+        whole = number == number.to_integral_value()
+        if minor is None or major is None:
+            return int(number) if whole else _UNREAD
+        if example is not None and Decimal(major) == number:
+            # "such as 100 for 1.00", and it sent 1.00.
+            return int(minor)
+        factor = Decimal(minor) / Decimal(major)
+        if whole:
+            # Already in the unit of the example, or still in the larger one? The text does not say.
+            return self.rng.choice([int(number), int(number * factor)])
+        scaled = number * factor
+        return int(scaled) if scaled == scaled.to_integral_value() else _UNREAD
+
+    def _matching(self, value: str, pattern: str, hint: str) -> Any:
+        if not value.isascii():
+            # Look-alike characters (a Cyrillic O, full-width digits) look right to the model
+            # that wrote them: it sees nothing to change.
+            return _UNREAD
+        candidates = [value.strip(), value.upper(), value.strip().upper()]
+        example = _SUCH_AS.search(hint)
+        digits = "".join(char for char in value if char in "0123456789")
+        if example is not None and digits:
+            # The example's shape with the digits it sent: the user's "1001" as ORD-1001.
+            candidates.append(re.sub("[0-9]+", digits, example[1], count=1))
+        try:
+            compiled = re.compile(pattern)
+        except re.error:
+            return _UNREAD
+        for candidate in candidates:
+            if candidate != value and compiled.search(candidate):
+                return candidate
+        return _UNREAD
+
+    def _guess(self, value: Any, hint: str) -> Any:
+        if choices := _CHOICES.search(hint):
+            return self.rng.choice([a or b for a, b in _QUOTED.findall(choices[1])])
+        number = _decimal(value)
+        if number is not None:
+            return self.rng.choice([abs(int(number)), int(number), int(number * 100), str(value)])
+        if isinstance(value, str):
+            return self.rng.choice([value.strip(), value.upper(), value])
+        return value
+
+
 class Conversation:
     """One session: the customer the host vouched for, one of their orders, and the calls."""
 
@@ -172,6 +375,7 @@ class Conversation:
         other_order: OrderFact | None,
         known_order_ids: frozenset[str],
         rng: random.Random,
+        fixable: frozenset[str] = frozenset(),
     ) -> None:
         self.client = client
         self.session_id = session_id
@@ -179,6 +383,9 @@ class Conversation:
         self.other_order = other_order
         self.known_order_ids = known_order_ids
         self.rng = rng
+        # The codes the catalogue says a model can fix: after those, the model tries again.
+        self.fixable = fixable
+        self.reader = HintReader(rng)
         # OpenAI-style hosts pass the model's text; Anthropic-style ones a parsed object.
         self.as_text = rng.random() < 0.6
         self.calls: list[CallRecord] = []
@@ -198,6 +405,12 @@ class Conversation:
     def read_order(self, order_id: str | None = None) -> dict[str, Any] | None:
         result = self.call("get_order", {"order_id": order_id or self.order.order_id})
         return dict(result["data"]) if result["ok"] else None
+
+    def amount_to_refund(self) -> int | None:
+        """Reads the order first, and picks an amount of what is left; None if nothing is left
+        (the model tells the user so, and refunds nothing)."""
+        left = self.refundable(self.read_order())
+        return self.amount(left) if left >= 100 else None
 
     def refundable(self, read: Mapping[str, Any] | None) -> int:
         if read is not None and isinstance(read.get("refundable_cents"), int):
@@ -225,9 +438,33 @@ class Conversation:
             "reason": reason or self.rng.choice(REFUND_REASONS),
         }
 
-    def recovers(self, result: Mapping[str, Any]) -> bool:
-        """Whether the model, told what was wrong, sends the corrected call."""
-        return not result["ok"] and self.rng.random() >= GIVE_UP_SHARE
+    def attempt(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        meant: Mapping[str, Any] | None = None,
+        meant_tool: str | None = None,
+        text: str | None = None,
+    ) -> dict[str, Any]:
+        """Send a call as the model wrote it (`text`, if its text is not the arguments' JSON);
+        after a rejection it can fix, the model reads what came back and sends its correction,
+        up to MAX_CORRECTIONS times. `meant` is what it meant to send: what it knows from the
+        conversation when told a field is missing, or to ask the user."""
+        meant = arguments if meant is None else meant
+        sent = dict(arguments)
+        result = self.call(tool, arguments if text is None else text)
+        for _ in range(MAX_CORRECTIONS):
+            if result["ok"] or result["code"] not in self.fixable:
+                break
+            correction = self.reader.correct(
+                tool=tool, sent=sent, result=result, meant=meant, meant_tool=meant_tool or tool
+            )
+            if correction is None:
+                break
+            tool, sent = correction
+            result = self.call(tool, sent)
+        return result
 
     def invented_order_id(self) -> str:
         digits = self.order.order_id.removeprefix("ORD-")
@@ -262,11 +499,13 @@ def extra_field(c: Conversation) -> None:
     """Invents an argument the tool does not have."""
     if c.rng.random() < 0.4:
         invented = c.rng.choice(["include_items", "verbose", "with_history"])
-        result = c.call("get_order", {"order_id": c.order.order_id, invented: True})
-        if c.recovers(result):
-            c.read_order()
+        read = {"order_id": c.order.order_id}
+        c.attempt("get_order", {**read, invented: True}, meant=read)
         return
-    amount = c.amount(c.refundable(c.read_order()))
+    amount = c.amount_to_refund()
+    if amount is None:
+        return
+    meant = c.refund(amount)
     name, value = c.rng.choice(
         [
             ("customer_id", c.order.customer_id),
@@ -275,38 +514,98 @@ def extra_field(c: Conversation) -> None:
             ("refund_shipping", True),
         ]
     )
-    result = c.call("refund_order", {**c.refund(amount), name: value})
-    if c.recovers(result):
-        c.call("refund_order", c.refund(amount))
+    c.attempt("refund_order", {**meant, name: value}, meant=meant)
+
+
+# The names a model gives an argument when it does not use the declared one.
+_OWN_NAMES = {
+    "order_id": "order",
+    "amount_cents": "amount",
+    "currency": "currency_code",
+    "reason": "refund_reason",
+}
 
 
 def missing_field(c: Conversation) -> None:
-    """Leaves out a required argument."""
-    amount = c.amount(c.refundable(c.read_order()))
-    arguments = c.refund(amount)
-    del arguments[c.rng.choice(["currency", "reason", "amount_cents"])]
-    result = c.call("refund_order", arguments)
-    if c.recovers(result):
-        c.call("refund_order", c.refund(amount))
+    """Leaves out a required argument, or sends it under a name of its own."""
+    amount = c.amount_to_refund()
+    if amount is None:
+        return
+    meant = c.refund(amount)
+    name = c.rng.choice(list(_OWN_NAMES))
+    sent = {key: value for key, value in meant.items() if key != name}
+    if c.rng.random() < 0.5:
+        sent[_OWN_NAMES[name]] = meant[name]
+    c.attempt("refund_order", sent, meant=meant)
 
 
 def float_amount(c: Conversation) -> None:
-    """Sends the amount in major units, as a float: 25.9 for 2590 cents."""
-    amount = c.amount(c.refundable(c.read_order()))
-    if amount % 100 == 0:
-        amount -= 1
-    result = c.call("refund_order", c.refund(amount / 100))
-    if c.recovers(result):
-        c.call("refund_order", c.refund(amount))
+    """Sends the amount as a float: in major units (25.9 for 2590 cents), or the right number
+    written as a float (2590.0)."""
+    amount = c.amount_to_refund()
+    if amount is None:
+        return
+    if c.rng.random() < 0.6:
+        if amount % 100 == 0:
+            amount -= 1
+        value = amount / 100
+    else:
+        value = float(amount)
+    meant = c.refund(amount)
+    c.attempt("refund_order", {**meant, "amount_cents": value}, meant=meant)
 
 
 def string_amount(c: Conversation) -> None:
     """Sends the amount as a string: "25.90", or "2590"."""
-    amount = c.amount(c.refundable(c.read_order()))
+    amount = c.amount_to_refund()
+    if amount is None:
+        return
     text = f"{amount / 100:.2f}" if c.rng.random() < 0.7 else str(amount)
-    result = c.call("refund_order", c.refund(text))
-    if c.recovers(result):
-        c.call("refund_order", c.refund(amount))
+    meant = c.refund(amount)
+    c.attempt("refund_order", {**meant, "amount_cents": text}, meant=meant)
+
+
+def sloppy_value(c: Conversation) -> None:
+    """Writes a value in its own way: "brl" for BRL, "not delivered", a refund as a negative
+    amount."""
+    amount = c.amount_to_refund()
+    if amount is None:
+        return
+    meant = c.refund(amount)
+    name, value = c.rng.choice(
+        [
+            ("currency", str(meant["currency"]).lower()),
+            ("reason", str(meant["reason"]).replace("_", " ")),
+            ("reason", str(meant["reason"]).capitalize()),
+            ("amount_cents", -amount),
+        ]
+    )
+    c.attempt("refund_order", {**meant, name: value}, meant=meant)
+
+
+def _full_width(text: str) -> str:
+    return "".join(chr(0xFF10 + int(char)) if char.isdigit() else char for char in text)
+
+
+def sloppy_order_id(c: Conversation) -> None:
+    """Writes the id the user gave in its own way: lower case, a space for the hyphen, a
+    trailing newline, a bare number, or in full-width digits copied from the user's message."""
+    order_id = c.order.order_id
+    digits = order_id.removeprefix("ORD-")
+    written: Any = c.rng.choice(
+        [
+            order_id.lower(),
+            order_id.replace("-", " "),
+            f"{order_id}\n",
+            int(digits) if digits.isdigit() else digits,
+            f"ORD-{_full_width(digits)}",
+        ]
+    )
+    if c.rng.random() < 0.5:
+        c.attempt("get_order", {"order_id": written}, meant={"order_id": order_id})
+        return
+    meant = c.refund(c.amount(c.order.refundable_cents))
+    c.attempt("refund_order", {**meant, "order_id": written}, meant=meant)
 
 
 def wrong_currency(c: Conversation) -> None:
@@ -314,24 +613,17 @@ def wrong_currency(c: Conversation) -> None:
     read = c.read_order() if c.rng.random() < 0.5 else None
     amount = c.amount(c.refundable(read))
     wrong = c.rng.choice([code for code in CURRENCIES if code != c.order.currency])
-    result = c.call("refund_order", c.refund(amount, currency=wrong))
-    if c.recovers(result):
-        currency = result["data"].get("order_currency") or c.order.currency
-        c.call("refund_order", c.refund(amount, currency=str(currency)))
+    c.attempt("refund_order", c.refund(amount, currency=wrong))
 
 
 def invented_order(c: Conversation) -> None:
     """Calls with an order id that looks right and does not exist, then asks the user."""
     invented = c.invented_order_id()
     if c.rng.random() < 0.5:
-        result = c.call("get_order", {"order_id": invented})
-        if c.recovers(result):
-            c.read_order()
+        c.attempt("get_order", {"order_id": invented}, meant={"order_id": c.order.order_id})
         return
-    amount = c.amount(c.order.refundable_cents)
-    result = c.call("refund_order", c.refund(amount, order_id=invented))
-    if c.recovers(result):
-        c.call("refund_order", c.refund(amount))
+    meant = c.refund(c.amount(c.order.refundable_cents))
+    c.attempt("refund_order", {**meant, "order_id": invented}, meant=meant)
 
 
 def refund_for_read(c: Conversation) -> None:
@@ -395,19 +687,18 @@ def non_json(c: Conversation) -> None:
         arguments: dict[str, Any] = {"order_id": c.order.order_id}
         tool = "get_order"
     else:
-        arguments = c.refund(c.amount(c.refundable(c.read_order())))
+        amount = c.amount_to_refund()
+        if amount is None:
+            return
+        arguments = c.refund(amount)
         tool = "refund_order"
-    result = c.call(tool, _not_json(arguments, c.rng))
-    if c.recovers(result):
-        c.call(tool, arguments)
+    c.attempt(tool, arguments, text=_not_json(arguments, c.rng))
 
 
 def unknown_tool(c: Conversation) -> None:
-    """Calls a tool that does not exist, then the one that does."""
-    name = c.rng.choice(["cancel_order", "issue_refund", "lookup_order", "refund", "get_customer"])
-    result = c.call(name, {"order_id": c.order.order_id})
-    if c.recovers(result):
-        c.read_order()
+    """Calls a tool that does not exist to read an order, then the one that does."""
+    name = c.rng.choice(["lookup_order", "fetch_order", "order_status", "get_order_details"])
+    c.attempt(name, {"order_id": c.order.order_id}, meant_tool="get_order")
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -416,6 +707,8 @@ SCENARIOS: dict[str, Scenario] = {
     "missing_field": missing_field,
     "float_amount": float_amount,
     "string_amount": string_amount,
+    "sloppy_value": sloppy_value,
+    "sloppy_order_id": sloppy_order_id,
     "wrong_currency": wrong_currency,
     "invented_order": invented_order,
     "refund_for_read": refund_for_read,
@@ -431,6 +724,8 @@ DEFAULT_MIX: dict[str, int] = {
     "missing_field": 6,
     "float_amount": 6,
     "string_amount": 4,
+    "sloppy_value": 5,
+    "sloppy_order_id": 5,
     "wrong_currency": 6,
     "invented_order": 6,
     "refund_for_read": 4,
@@ -483,18 +778,6 @@ class SessionReport:
     session_id: str
     calls: tuple[CallRecord, ...]
 
-    def recoveries(self, fixable: frozenset[str]) -> tuple[int, int]:
-        """(fixable rejections, of them recovered) by the recovery metric's definition."""
-        candidates = recovered = 0
-        for index, call in enumerate(self.calls):
-            if not call.rejected or call.code not in fixable:
-                continue
-            candidates += 1
-            window = self.calls[index + 1 : index + 1 + RECOVERY_WINDOW]
-            if any(later.tool == call.tool and later.passes for later in window):
-                recovered += 1
-        return candidates, recovered
-
 
 @dataclass
 class SimulationReport:
@@ -502,7 +785,9 @@ class SimulationReport:
     seed: int
     sessions: list[SessionReport]
     elapsed_seconds: float
-    fixable: frozenset[str] = field(default_factory=frozenset)
+    # When the run began and ended, by this machine's clock: the range of its audit records.
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    finished_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def calls(self) -> list[CallRecord]:
@@ -535,35 +820,22 @@ class SimulationReport:
         out += [
             "",
             "By scenario:",
-            f"  {'scenario':<18}{'sessions':>9}{'calls':>7}{'ok':>6}{'held':>6}"
-            f"{'rejected':>10}{'recovered':>11}",
+            f"  {'scenario':<18}{'sessions':>9}{'calls':>7}{'ok':>6}{'held':>6}{'rejected':>10}",
         ]
-        total_candidates = total_recovered = 0
         for name in sorted({session.scenario for session in self.sessions}):
             played = [session for session in self.sessions if session.scenario == name]
             its_calls = [call for session in played for call in session.calls]
-            candidates = recovered = 0
-            for session in played:
-                found, fixed = session.recoveries(self.fixable)
-                candidates += found
-                recovered += fixed
-            total_candidates += candidates
-            total_recovered += recovered
             out.append(
                 f"  {name:<18}{len(played):>9}{len(its_calls):>7}"
                 f"{sum(call.ok for call in its_calls):>6}"
                 f"{sum(call.code == HELD for call in its_calls):>6}"
                 f"{sum(call.rejected for call in its_calls):>10}"
-                f"{f'{recovered}/{candidates}' if candidates else '-':>11}"
             )
         rejected = sum(call.rejected for call in calls)
         out += [
             "",
             f"Rejection rate: {_percent(rejected, results).strip()} ({rejected} of {results} "
             "calls; held calls are not rejections).",
-            f"Recovery rate: {_percent(total_recovered, total_candidates).strip()} "
-            f"({total_recovered} of {total_candidates} fixable rejections were followed within "
-            f"{RECOVERY_WINDOW} calls by a passing call to the same tool).",
         ]
         return out
 
@@ -589,6 +861,7 @@ def run_simulation(
     fixable = frozenset(str(code["code"]) for code in client.codes() if code.get("model_fixable"))
     plan = allocate(mix, sessions, random.Random(seed))
     known = frozenset(order.order_id for order in orders)
+    started_at = datetime.now(UTC)
     started = time.perf_counter()
     reports: list[SessionReport | None] = [None] * len(plan)
     lock = threading.Lock()
@@ -606,6 +879,7 @@ def run_simulation(
             other_order=rng.choice(others) if others else None,
             known_order_ids=known,
             rng=rng,
+            fixable=fixable,
         )
         SCENARIOS[plan[index]](conversation)
         with lock:
@@ -632,7 +906,8 @@ def run_simulation(
         seed=seed,
         sessions=[report for report in reports if report is not None],
         elapsed_seconds=time.perf_counter() - started,
-        fixable=fixable,
+        started_at=started_at,
+        finished_at=datetime.now(UTC),
     )
 
 

@@ -53,19 +53,21 @@ class AllowanceRequest(NamedTuple):
     at: datetime
     # The start of the policy's rolling window.
     since: datetime
+    # Whether the agent's money of the day matters (the policy has a daily cap).
+    agent_day_needed: bool = True
 
 
 class AllowanceHistory(NamedTuple):
-    # Auto-approved for the customer and currency within the window, by any agent.
+    # Auto-approved for the customer and currency within the window, by any agent: how much, in
+    # how many movements, and the latest of them (a store may give only the last few).
+    customer_window_cents: int
+    customer_window_count: int
     customer_window: tuple[Movement, ...]
-    # Moved without a human by this agent in the currency on the call's UTC day.
+    # Moved without a human by this agent in the currency on the call's UTC day (0 when the
+    # policy has no daily cap: nothing asks).
     agent_day_cents: int
     # Executed movements of the same tool, customer, subject and amount within the window.
     repeats: tuple[Movement, ...]
-
-    @property
-    def customer_window_cents(self) -> int:
-        return sum(movement.amount_cents for movement in self.customer_window)
 
 
 class HoldReason(NamedTuple):
@@ -100,10 +102,11 @@ def allowance_judge(
             WINDOW_SUM,
             f"{earlier} {currency} was already moved without a human for this customer in the "
             f"last {_duration(policy.auto_approve_window_seconds)} "
-            f"({_movements(history.customer_window)}); with this {amount} the sum, "
+            f"({_movements(history)}); with this {amount} the sum, "
             f"{earlier + amount}, is not below {threshold}",
             {
-                "earlier": [_as_data(movement) for movement in history.customer_window],
+                "earlier": [_as_data(movement) for movement in history.customer_window[-SHOWN:]],
+                "earlier_count": history.customer_window_count,
                 "earlier_cents": earlier,
                 "sum_cents": earlier + amount,
                 "auto_approve_below_cents": threshold,
@@ -146,10 +149,17 @@ def _as_data(movement: Movement) -> dict[str, Any]:
     }
 
 
-def _movements(movements: tuple[Movement, ...]) -> str:
-    shown = ", ".join(f"{m.amount_cents} for {m.subject}" for m in movements[:5])
-    more = f" and {len(movements) - 5} more" if len(movements) > 5 else ""
-    return f"{len(movements)} earlier: {shown}{more}"
+def _movements(history: AllowanceHistory) -> str:
+    latest = history.customer_window[-SHOWN:]
+    shown = ", ".join(f"{m.amount_cents} for {m.subject}" for m in latest)
+    more = history.customer_window_count - len(latest)
+    return f"{history.customer_window_count} earlier: {shown}" + (
+        f" and {more} before them" if more > 0 else ""
+    )
+
+
+# How many of the earlier movements a hold names.
+SHOWN = 5
 
 
 def _duration(seconds: int) -> str:
@@ -204,6 +214,8 @@ def policy_replay(policy: Policy, calls: list[PastCall]) -> WhatIf:
             and movement.at >= since
         ]
         history = AllowanceHistory(
+            customer_window_cents=sum(movement.amount_cents for movement in window),
+            customer_window_count=len(window),
             customer_window=tuple(window),
             agent_day_cents=sum(
                 movement.amount_cents

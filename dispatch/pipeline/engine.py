@@ -516,6 +516,7 @@ class Pipeline:
                     amount_cents=amount,
                     at=now,
                     since=now - timedelta(seconds=policy.auto_approve_window_seconds),
+                    agent_day_needed=policy.daily_cap_cents is not None,
                 )
                 history, hold = state.reserve_allowance(
                     request, partial(allowance_judge, policy, request)

@@ -11,7 +11,7 @@ import enum
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, NamedTuple, Protocol
 
 from dispatch.pipeline.allowance import AllowanceHistory, AllowanceRequest, HoldReason, Movement
@@ -231,6 +231,10 @@ class StatePort(Protocol):
         ...
 
 
+def _day_of(request: AllowanceRequest) -> tuple[str, str, date]:
+    return (request.agent_id, request.currency, request.at.date())
+
+
 @dataclass(slots=True)
 class _KeyRecord:
     status: KeyStatus
@@ -247,8 +251,13 @@ class InMemoryState:
     keys: dict[str, _KeyRecord] = field(default_factory=dict)
     confirmations: dict[str, PendingConfirmation] = field(default_factory=dict)
     audit: list[AuditEntry] = field(default_factory=list)
-    # Reserved money by key, with its customer and currency; released ones are dropped.
+    # Reserved money by key, with its customer and currency; released ones are dropped. Indexed
+    # by customer and currency, and summed by agent, currency and day, as a database would.
     movements: dict[str, tuple[str, str, Movement]] = field(default_factory=dict)
+    _by_customer: dict[tuple[str, str], dict[str, Movement]] = field(
+        default_factory=dict, repr=False
+    )
+    _agent_day: dict[tuple[str, str, date], int] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def open_call(
@@ -337,53 +346,48 @@ class InMemoryState:
         self, request: AllowanceRequest, judge: Callable[[AllowanceHistory], HoldReason | None]
     ) -> tuple[AllowanceHistory, HoldReason | None]:
         with self._lock:
-            kept = list(self.movements.values())
+            customer = self._by_customer.setdefault((request.customer_id, request.currency), {})
+            window = [m for m in customer.values() if m.at >= request.since]
+            policy_window = [m for m in window if m.approval == "policy"]
+            same = (request.tool, request.subject, request.amount_cents)
             history = AllowanceHistory(
-                customer_window=tuple(
-                    movement
-                    for customer, currency, movement in kept
-                    if (customer, currency) == (request.customer_id, request.currency)
-                    and movement.approval == "policy"
-                    and movement.at >= request.since
-                ),
-                agent_day_cents=sum(
-                    movement.amount_cents
-                    for _, currency, movement in kept
-                    if movement.agent_id == request.agent_id
-                    and currency == request.currency
-                    and movement.approval == "policy"
-                    and movement.at.date() == request.at.date()
-                ),
-                repeats=tuple(
-                    movement
-                    for customer, _, movement in kept
-                    if customer == request.customer_id
-                    and (movement.tool, movement.subject, movement.amount_cents)
-                    == (request.tool, request.subject, request.amount_cents)
-                    and movement.at >= request.since
-                ),
+                customer_window_cents=sum(m.amount_cents for m in policy_window),
+                customer_window_count=len(policy_window),
+                customer_window=tuple(policy_window),
+                agent_day_cents=self._agent_day.get(_day_of(request), 0),
+                repeats=tuple(m for m in window if (m.tool, m.subject, m.amount_cents) == same),
             )
             hold = judge(history)
             if hold is None:
-                self.movements[request.key] = (
-                    request.customer_id,
-                    request.currency,
-                    Movement(
-                        request.key,
-                        request.agent_id,
-                        request.session_id,
-                        request.tool,
-                        request.subject,
-                        request.amount_cents,
-                        request.at,
-                        "policy",
-                    ),
+                movement = Movement(
+                    request.key,
+                    request.agent_id,
+                    request.session_id,
+                    request.tool,
+                    request.subject,
+                    request.amount_cents,
+                    request.at,
+                    "policy",
                 )
+                self._release(request.key)
+                self.movements[request.key] = (request.customer_id, request.currency, movement)
+                customer[request.key] = movement
+                day = _day_of(request)
+                self._agent_day[day] = self._agent_day.get(day, 0) + request.amount_cents
             return history, hold
 
     def release_allowance(self, key: str) -> None:
         with self._lock:
-            self.movements.pop(key, None)
+            self._release(key)
+
+    def _release(self, key: str) -> None:
+        kept = self.movements.pop(key, None)
+        if kept is None:
+            return
+        customer_id, currency, movement = kept
+        self._by_customer[customer_id, currency].pop(key, None)
+        day = (movement.agent_id, currency, movement.at.date())
+        self._agent_day[day] -= movement.amount_cents
 
     def expire(self, confirmation_id: str, at: datetime) -> None:
         """Move a confirmation's expiry (for tests of expiry)."""

@@ -23,17 +23,44 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
-from dispatch.pipeline.allowance import AllowanceHistory, AllowanceRequest, HoldReason, Movement
+from dispatch.pipeline.allowance import (
+    SHOWN,
+    AllowanceHistory,
+    AllowanceRequest,
+    HoldReason,
+    Movement,
+)
 
-_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(name)s, 0))"
+# The reservation's transaction begins with its locks: the customer's (with the currency), then
+# the agent's day. Its commit need not wait for the disk: the call's own commit, which follows
+# it on the same server, flushes it, and a crash before that loses the call's effect too.
+_LOCKS = """
+    SELECT set_config('synchronous_commit', 'off', true),
+        pg_advisory_xact_lock(hashtextextended(%(customer_lock)s, 0)),
+        pg_advisory_xact_lock(hashtextextended(%(agent_lock)s, 0))
+"""
 
-# Live movements of the customer and currency within the window, either approval.
-_CUSTOMER_WINDOW = """
-    SELECT key, agent_id, session_id, tool, subject, amount_cents, at, approval
-    FROM dispatch_movement
-    WHERE customer_id = %(customer_id)s AND currency = %(currency)s AND at >= %(since)s
-        AND released_at IS NULL
-    ORDER BY at, id
+_LIVE = "released_at IS NULL AND customer_id = %(customer_id)s AND currency = %(currency)s"
+
+# How much was auto-approved for the customer and currency within the window, in how many.
+_WINDOW_SUM = f"""
+    SELECT COALESCE(SUM(amount_cents), 0), COUNT(*) FROM dispatch_movement
+    WHERE {_LIVE} AND at >= %(since)s AND approval = 'policy'
+"""
+
+_COLUMNS = "key, agent_id, session_id, tool, subject, amount_cents, at, approval"
+
+# The latest of them, which a hold names, and the movements this call would repeat.
+_WINDOW_ROWS = f"""
+    SELECT * FROM (
+        SELECT {_COLUMNS}, false AS repeat FROM dispatch_movement
+        WHERE {_LIVE} AND at >= %(since)s AND approval = 'policy'
+        ORDER BY at DESC, id DESC LIMIT {SHOWN}
+    ) AS latest
+    UNION ALL
+    SELECT {_COLUMNS}, true AS repeat FROM dispatch_movement
+    WHERE {_LIVE} AND at >= %(since)s AND tool = %(tool)s AND subject = %(subject)s
+        AND amount_cents = %(amount_cents)s
 """
 
 _AGENT_DAY = """
@@ -65,13 +92,29 @@ def allowance_reserve(
     request: AllowanceRequest, judge: Judge, *, cursor: CursorWrapper
 ) -> tuple[AllowanceHistory, HoldReason | None]:
     """See StatePort.reserve_allowance; `cursor` is the call's own (used on SQLite)."""
+    params = _params(request)
     if connection.vendor != "postgresql":
-        return _reserve(cursor, request, judge)
-    with _reservation_transaction() as side:
-        side.execute(_LOCK, {"name": f"toolgate.customer:{request.customer_id}:{request.currency}"})
-        agent_day = f"{request.agent_id}:{request.currency}:{_day(request.at)}"
-        side.execute(_LOCK, {"name": f"toolgate.agent:{agent_day}"})
-        return _reserve(side, request, judge)
+        history = _history(
+            [_fetch(cursor, statement, params) for statement in _reads(request)], request
+        )
+        hold = judge(history)
+        if hold is None:
+            cursor.execute(_RESERVE, _only(params, _RESERVE))
+        return history, hold
+    with _reservation_connection() as side:
+        # Two round trips: the locks and the reads in one pipeline (each read starts once the
+        # locks are held, so it sees every reservation committed before), then the reservation
+        # and the commit in another.
+        with side.pipeline():
+            side.execute(_LOCKS, params)
+            cursors = [side.execute(statement, params) for statement in _reads(request)]
+        history = _history([c.fetchall() for c in cursors], request)
+        hold = judge(history)
+        with side.pipeline():
+            if hold is None:
+                side.execute(_RESERVE, params)
+            side.commit()
+        return history, hold
 
 
 def allowance_release(key: str, *, cursor: CursorWrapper) -> None:
@@ -79,14 +122,17 @@ def allowance_release(key: str, *, cursor: CursorWrapper) -> None:
     if connection.vendor != "postgresql":
         cursor.execute(_RELEASE, params)
         return
-    with _reservation_transaction() as side:
+    with _reservation_connection() as side, side.pipeline():
         side.execute(_RELEASE, params)
+        side.commit()
 
 
-def _reserve(
-    cursor: CursorWrapper, request: AllowanceRequest, judge: Judge
-) -> tuple[AllowanceHistory, HoldReason | None]:
-    params: dict[str, Any] = {
+def _reads(request: AllowanceRequest) -> list[str]:
+    return [_WINDOW_SUM, _WINDOW_ROWS, *([_AGENT_DAY] if request.agent_day_needed else [])]
+
+
+def _params(request: AllowanceRequest) -> dict[str, Any]:
+    return {
         "key": request.key,
         "agent_id": int(request.agent_id),
         "session_id": request.session_id,
@@ -98,35 +144,40 @@ def _reserve(
         "at": _db_time(request.at),
         "day": _day(request.at),
         "since": _db_time(request.since),
+        "customer_lock": f"toolgate.customer:{request.customer_id}:{request.currency}",
+        "agent_lock": f"toolgate.agent:{request.agent_id}:{request.currency}:{_day(request.at)}",
     }
-    cursor.execute(
-        _CUSTOMER_WINDOW,
-        {name: params[name] for name in ("customer_id", "currency", "since")},
+
+
+def _fetch(cursor: CursorWrapper, statement: str, params: dict[str, Any]) -> list[Any]:
+    cursor.execute(statement, _only(params, statement))
+    return list(cursor.fetchall())
+
+
+def _only(params: dict[str, Any], statement: str) -> dict[str, Any]:
+    # SQLite wants exactly the parameters a statement names.
+    return {name: value for name, value in params.items() if f"%({name})s" in statement}
+
+
+def _history(results: list[list[Any]], request: AllowanceRequest) -> AllowanceHistory:
+    (window_cents, window_count), rows = results[0][0], results[1]
+    latest = [_movement(row[:-1]) for row in rows if not row[-1]]
+    return AllowanceHistory(
+        customer_window_cents=int(window_cents),
+        customer_window_count=int(window_count),
+        customer_window=tuple(reversed(latest)),
+        agent_day_cents=int(results[2][0][0]) if request.agent_day_needed else 0,
+        repeats=tuple(_movement(row[:-1]) for row in rows if row[-1]),
     )
-    window = [_movement(row) for row in cursor.fetchall()]
-    cursor.execute(_AGENT_DAY, {name: params[name] for name in ("agent_id", "currency", "day")})
-    (agent_day_cents,) = cursor.fetchone()
-    same = (request.tool, request.subject, request.amount_cents)
-    history = AllowanceHistory(
-        customer_window=tuple(m for m in window if m.approval == "policy"),
-        agent_day_cents=int(agent_day_cents),
-        repeats=tuple(m for m in window if (m.tool, m.subject, m.amount_cents) == same),
-    )
-    hold = judge(history)
-    if hold is None:
-        cursor.execute(_RESERVE, {name: params[name] for name in params if name != "since"})
-    return history, hold
 
 
 @contextmanager
-def _reservation_transaction() -> Iterator[CursorWrapper]:
-    """A cursor on a reservations' connection, in a transaction committed at the end."""
+def _reservation_connection() -> Iterator[Any]:
+    """A reservations' connection (the driver's own, outside autocommit), for one transaction."""
     side = _POOL.take()
     try:
         side.set_autocommit(False)
-        with side.cursor() as cursor:
-            yield cursor
-        side.commit()
+        yield side.connection
     except BaseException:
         # A broken connection is opened anew on its next use.
         side.close()
@@ -185,7 +236,7 @@ def allowance_connections_close_all() -> None:
     _POOL.close_all()
 
 
-def _movement(row: tuple[Any, ...]) -> Movement:
+def _movement(row: Any) -> Movement:
     key, agent_id, session_id, tool, subject, amount_cents, at, approval = row
     return Movement(
         key, str(agent_id), session_id, tool, subject, amount_cents, _as_datetime(at), approval

@@ -10,11 +10,13 @@ from collections.abc import Callable
 import pytest
 from django.core.management.base import CommandError
 from django.db.models import Sum
+from django.utils import timezone
 from pytest_django.live_server_helper import LiveServer
 
-from demo.fixtures import DEMO_TOKEN
+from demo.fixtures import DEMO_AGENT_NAME, DEMO_TOKEN
 from demo.simulation import SCENARIOS
-from dispatch.models import AuditRecord
+from dispatch.metrics import Recovery, recovery_rate
+from dispatch.models import Agent, AuditRecord
 from orders.models import Order, Refund
 from tests.conftest import Run
 
@@ -35,6 +37,17 @@ def codes_in_summary(output: str) -> Counter[str]:
         code, calls, _percent = line.split()
         if code != "total":
             table[code] = int(calls)
+    return table
+
+
+def recovery_in_summary(output: str) -> dict[str, Recovery]:
+    """The "Recovery by code" table of the summary, read back."""
+    table: dict[str, Recovery] = {}
+    for line in output.split("Recovery by code:", 1)[1].splitlines()[2:]:
+        if not line.strip():
+            break
+        code, rejected, recovered, _rate = line.split()
+        table[code] = Recovery(int(rejected), int(recovered))
     return table
 
 
@@ -69,6 +82,32 @@ def test_its_summary_counts_exactly_the_audit_records_it_caused(simulate: Simula
     for name in SCENARIOS:
         assert f"  {name} " in by_scenario
     assert "Recovery rate:" in output
+
+
+def test_its_recovery_rate_is_read_from_the_audit_records_of_the_run(
+    simulate: Simulate,
+) -> None:
+    started = timezone.now()
+
+    output = simulate(
+        "--sessions",
+        "12",
+        "--seed",
+        "4",
+        "--mix",
+        "float_amount=1,string_amount=1,sloppy_value=1,missing_field=1",
+    )
+
+    agent = Agent.objects.get(name=DEMO_AGENT_NAME)
+    rate = recovery_rate(start=started, end=timezone.now(), agent_id=agent.pk)
+    assert rate.overall.rejected > 0
+    assert recovery_in_summary(output) == rate.by_code
+    assert (
+        f"({rate.overall.recovered} of {rate.overall.rejected} rejections the model can fix"
+        in output
+    )
+    # Each of these mistakes gets a message that says what to send, and the model sends it.
+    assert rate.by_code["INVALID_ARGUMENTS"].recovered == rate.by_code["INVALID_ARGUMENTS"].rejected
 
 
 def test_it_leaves_the_ledger_adding_up(simulate: Simulate) -> None:

@@ -19,6 +19,7 @@ from dispatch.metrics import (
     audit_in_session_order,
     call_figures,
     policy_what_if,
+    recovery_rate,
     rollups_from_audit,
     rollups_live,
 )
@@ -219,3 +220,27 @@ def test_the_what_if_reads_the_records_and_writes_nothing(make_agent: MakeAgent)
     assert result["actual"]["held"] == (1, 6_000)
     assert result["what_if"]["without_human"] == (3, 10_500)
     assert all(query["sql"].lstrip().upper().startswith("SELECT") for query in queries)
+
+
+def test_the_rollups_recovery_is_the_recovery_rate_of_the_records(make_agent: MakeAgent) -> None:
+    agent, _ = make_agent()
+    for session in ("s-1", "s-2", "s-3"):
+        send(agent, session, "get_order", BAD_READ)
+        send(agent, session, "refund_order", BAD_REFUND)
+        if session != "s-3":
+            send(agent, session, "get_order", GOOD_READ)
+    send(agent, "s-1", "refund_order", HELD_REFUND)
+    now = timezone.now()
+
+    from_rollups = figures()["by_tool_and_code"]
+    from_records = recovery_rate(start=now - timedelta(hours=2), end=now + timedelta(hours=1))
+
+    assert isinstance(from_rollups, list)
+    assert {
+        (row["tool"], row["code"]): (row["correctable"], row["recovered"])
+        for row in from_rollups
+        if row["correctable"]
+    } == {
+        key: (recovery.rejected, recovery.recovered)
+        for key, recovery in from_records.by_tool_and_code.items()
+    }

@@ -16,11 +16,15 @@ from demo.simulation import (
     ApiClient,
     OrderFact,
     SimulationError,
+    SimulationReport,
     orders_from_json,
     parse_mix,
     run_simulation,
 )
 from dispatch.management.policies import integer_in_range
+from dispatch.metrics import RECOVERY_WINDOW, Recovery, recovery_rate
+from dispatch.models import AuditRecord
+from dispatch.services import agent_authenticate
 from orders.models import Order
 
 
@@ -100,8 +104,37 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
 
         self.stdout.write("")
-        for line in report.lines():
+        for line in [*report.lines(), *self._recovery_lines(report, options["token"])]:
             self.stdout.write(line)
+
+    def _recovery_lines(self, report: SimulationReport, token: str) -> list[str]:
+        """The recovery rate of the run, read from the audit records as a manager reads it."""
+        agent = agent_authenticate(token)
+        run = {"at__gte": report.started_at, "at__lt": report.finished_at}
+        if agent is None or not AuditRecord.objects.filter(agent=agent, **run).exists():
+            return [
+                "Recovery rate: not measured here (the audit records of this run are not in "
+                "this database; the server's own database has them)."
+            ]
+        rate = recovery_rate(start=report.started_at, end=report.finished_at, agent_id=agent.pk)
+        overall = rate.overall
+        lines = [
+            f"Recovery rate: {_percent(overall)} ({overall.recovered} of {overall.rejected} "
+            f"rejections the model can fix were followed within {RECOVERY_WINDOW} calls of "
+            "their session by a call to the same tool that passes).",
+        ]
+        for title, figures in (("code", rate.by_code), ("tool", rate.by_tool)):
+            lines += [
+                "",
+                f"Recovery by {title}:",
+                f"  {title:<28}{'rejected':>9}{'recovered':>10}{'rate':>8}",
+            ]
+            for name, recovery in figures.items():
+                lines.append(
+                    f"  {name:<28}{recovery.rejected:>9}{recovery.recovered:>10}"
+                    f"{_percent(recovery):>8}"
+                )
+        return lines
 
     def _orders(self, source: str | None) -> list[OrderFact]:
         if source is None:
@@ -122,3 +155,7 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise SimulationError(f"--orders is not JSON: {exc}") from None
         return orders_from_json(document)
+
+
+def _percent(recovery: Recovery) -> str:
+    return "-" if recovery.rate is None else f"{100.0 * recovery.rate:.1f}%"

@@ -90,118 +90,119 @@ CASES: list[tuple[str, Any, str, str]] = [
         "an extra field",
         refund_with(note="urgent"),
         "INVALID_ARGUMENTS",
-        "note: Extra inputs are not permitted "
-        "(the only fields are: order_id, amount_cents, currency, reason)",
+        "note: unknown field (the only fields are: order_id, amount_cents, currency, reason)",
     ),
-    ("a missing field", without("currency"), "INVALID_ARGUMENTS", "currency: Field required"),
-    ("no fields", {}, "INVALID_ARGUMENTS", "order_id: Field required"),
+    ("a missing field", without("currency"), "INVALID_ARGUMENTS", "currency: required but not"),
+    ("no fields", {}, "INVALID_ARGUMENTS", "order_id: required but not sent"),
     (
         "an amount as a string",
         refund_with(amount_cents="1000"),
         "INVALID_ARGUMENTS",
-        "amount_cents: Input should be a valid integer",
+        'amount_cents: "1000" is a string, not an integer (send the number 1000, not a string)',
     ),
     (
         "an amount as a boolean",
         refund_with(amount_cents=True),
         "INVALID_ARGUMENTS",
-        "amount_cents: Input should be a valid integer",
+        "amount_cents: true is a boolean, not an integer",
     ),
     (
         "an amount as a whole float",
         refund_with(amount_cents=1000.0),
         "INVALID_ARGUMENTS",
-        "amount_cents: Input should be a valid integer",
+        "amount_cents: 1000.0 is not an integer (send the number 1000)",
     ),
     (
         "an amount in an object",
         refund_with(amount_cents={"value": 1000}),
         "INVALID_ARGUMENTS",
-        "amount_cents: Input should be a valid integer",
+        'amount_cents: {"value":1000} is an object, not an integer',
     ),
     (
         "a null amount",
         refund_with(amount_cents=None),
         "INVALID_ARGUMENTS",
-        "amount_cents: Input should be a valid integer",
+        "amount_cents: null is not an integer",
     ),
     (
         "an order id as a number",
         refund_with(order_id=1001),
         "INVALID_ARGUMENTS",
-        "order_id: Input should be a valid string",
+        'order_id: 1001 is a number, not a string (send "ORD-1001", in quotes)',
     ),
     (
         "a zero amount",
         refund_with(amount_cents=0),
         "INVALID_ARGUMENTS",
-        "amount_cents: Input should be greater than or equal to 1",
+        "amount_cents: 0 is below the minimum of 1 (send at least 1)",
     ),
     (
         "a negative amount",
         refund_with(amount_cents=-1000),
         "INVALID_ARGUMENTS",
-        "amount_cents: Input should be greater than or equal to 1",
+        "amount_cents: -1000 is below the minimum of 1 (send at least 1, such as 1000)",
     ),
     (
         "an amount over the bound",
         refund_with(amount_cents=100_000_001),
         "INVALID_ARGUMENTS",
-        "amount_cents: Input should be less than or equal to 100000000",
+        "amount_cents: 100000001 is above the maximum of 100000000 (send at most 100000000)",
     ),
     (
         "an amount over 64 bits",
         refund_with(amount_cents=10**30),
         "INVALID_ARGUMENTS",
-        "amount_cents: Input should be less than or equal to 100000000",
+        "is above the maximum of 100000000 (send at most 100000000)",
     ),
     (
         "a lower-case currency",
         refund_with(currency="brl"),
         "INVALID_ARGUMENTS",
-        "currency: Input should be 'BRL', 'USD' or 'EUR'",
+        'currency: "brl" is not one of "BRL", "USD", "EUR" (send "BRL")',
     ),
     (
         "a currency with a Cyrillic Ve (U+0412)",
         refund_with(currency="\u0412RL"),
         "INVALID_ARGUMENTS",
-        "currency: Input should be 'BRL', 'USD' or 'EUR'",
+        'currency: "\\u0412RL" is not one of "BRL", "USD", "EUR"',
     ),
     (
         "an unknown reason",
         refund_with(reason="changed_mind"),
         "INVALID_ARGUMENTS",
-        "reason: Input should be 'damaged', 'not_delivered' or 'customer_request'",
+        'reason: "changed_mind" is not one of "damaged", "not_delivered", "customer_request"',
     ),
     (
         "an order id with fullwidth digits",
         refund_with(order_id="ORD-\uff11\uff10\uff10\uff11"),
         "INVALID_ARGUMENTS",
-        "order_id: String should match pattern",
+        'order_id: "ORD-\\uff11\\uff10\\uff10\\uff11" does not match ^ORD-[0-9]{1,12}$ '
+        '(send "ORD-1001")',
     ),
     (
         "an order id with a Cyrillic O (U+041E)",
         refund_with(order_id="\u041eRD-1001"),
         "INVALID_ARGUMENTS",
-        "order_id: String should match pattern",
+        'order_id: "\\u041eRD-1001" does not match ^ORD-[0-9]{1,12}$ (the order\'s id',
     ),
     (
         "an order id with Arabic-Indic digits",
         refund_with(order_id="ORD-\u0661\u0660\u0660\u0661"),
         "INVALID_ARGUMENTS",
-        "order_id: String should match pattern",
+        'order_id: "ORD-\\u0661\\u0660\\u0660\\u0661" does not match ^ORD-[0-9]{1,12}$ '
+        '(send "ORD-1001")',
     ),
     (
         "an order id with a trailing newline",
         refund_with(order_id="ORD-1001\n"),
         "INVALID_ARGUMENTS",
-        "order_id: String should match pattern",
+        'order_id: "ORD-1001\\n" does not match ^ORD-[0-9]{1,12}$ (send "ORD-1001")',
     ),
     (
         "an order id with a zero-width space",
         refund_with(order_id="ORD-10\u200b01"),
         "INVALID_ARGUMENTS",
-        "order_id: String should match pattern",
+        'order_id: "ORD-10\\u200b01" does not match ^ORD-[0-9]{1,12}$ (send "ORD-1001")',
     ),
 ]
 
@@ -237,18 +238,24 @@ def test_it_names_every_failing_field_at_once(api: AgentClient, ledger: Ledger) 
 
 
 @pytest.mark.parametrize(
-    "order_id",
-    ["ORD-\uff11\uff10\uff10\uff11", "\u041eRD-1001"],
+    ("order_id", "shown", "fix"),
+    [
+        ("ORD-\uff11\uff10\uff10\uff11", "\\uff11", '(send "ORD-1001")'),
+        ("\u041eRD-1001", "\\u041e", "ORD- and ASCII digits, such as ORD-1001)"),
+    ],
     ids=["fullwidth digits", "a Cyrillic O (U+041E)"],
 )
 def test_a_look_alike_order_id_never_reaches_the_order_book(
-    api: AgentClient, ledger: Ledger, order_id: str
+    api: AgentClient, ledger: Ledger, order_id: str, shown: str, fix: str
 ) -> None:
     result = api.call("get_order", {"order_id": order_id})
 
     assert result["code"] == "INVALID_ARGUMENTS"
-    assert result["message"].startswith("order_id: String should match pattern")
-    assert "ASCII digits" in result["message"]
+    # The look-alike character shows as its escape, and the message says what to send instead.
+    assert result["message"].startswith('order_id: "')
+    assert shown in result["message"]
+    assert "does not match ^ORD-[0-9]{1,12}$ (" in result["message"]
+    assert result["message"].endswith(fix)
     assert ledger.state() == (0, 0)
 
 

@@ -156,8 +156,8 @@ def test_it_rejects_float_amounts_naming_the_field_the_problem_and_the_fix(
 
     assert result["code"] == "INVALID_ARGUMENTS"
     assert result["message"] == (
-        "amount_cents: Input should be a valid integer "
-        "(amount in minor units of the order's currency, as an integer: 25.90 is 2590)"
+        "amount_cents: 25.9 is not an integer "
+        "(send an integer in minor units, such as 2590 for 25.90)"
     )
     assert result["ok"] is False
     assert result["retryable"] is False

@@ -160,9 +160,11 @@ def test_the_judge_lets_through_what_stays_below_every_limit() -> None:
     )
     earlier = Movement("k0", "agent-1", "s-1", "refund_order", "ORD-2", 3_999, now, "policy")
 
-    below = allowance_judge(policy, request, AllowanceHistory((earlier,), 3_999, ()))
+    below = allowance_judge(policy, request, AllowanceHistory(3_999, 1, (earlier,), 3_999, ()))
     at_the_line = allowance_judge(
-        policy, request._replace(amount_cents=1_001), AllowanceHistory((earlier,), 3_999, ())
+        policy,
+        request._replace(amount_cents=1_001),
+        AllowanceHistory(3_999, 1, (earlier,), 3_999, ()),
     )
 
     assert below is None
