@@ -10,7 +10,10 @@ from toolgate import views
 urlpatterns = [
     path("", views.home, name="home"),
     path("admin/", admin.site.urls),
+    # Before Django's own: after logging in, each role lands on its page.
+    path("accounts/login/", views.RoleLoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("approvals/", include("approvals.urls")),
     path(
         "api/schema/",
         SpectacularAPIView.as_view(permission_classes=[AllowAny]),

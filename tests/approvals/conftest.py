@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, User
 
+from approvals.selectors import MANAGERS_GROUP, REVIEWERS_GROUP
 from dispatch.models import Agent, Confirmation
 from dispatch.pipeline.results import CallResult
 from dispatch.services import call_dispatch
@@ -130,7 +132,7 @@ def webhook_receiver() -> Iterator[WebhookReceiver]:
     thread.join(timeout=5)
 
 
-def hold_refund(
+def refund_held_for(
     agent: Agent, amount_cents: int = 6000, *, order_id: str = "ORD-1001", session: str = "s-1"
 ) -> Confirmation:
     """A refund of ORD-1001 (CUS-1, BRL, the `orders` fixture's) held for a reviewer."""
@@ -165,3 +167,66 @@ def documented_verify() -> Verify:
     exec(match.group(1), namespace)
     verify: Verify = namespace["toolgate_signature_valid"]
     return verify
+
+
+# The reviewer pages' fixtures: users by role, and refunds of the tests' usual orders held by the
+# real pipeline.
+
+_sessions = itertools.count(1)
+
+MakeUser = Callable[..., User]
+HoldRefund = Callable[..., Confirmation]
+
+
+@pytest.fixture
+def make_user(db: None) -> MakeUser:
+    """A user in the given groups (none by default), with the password `pw`."""
+
+    def make(username: str, *groups: str, **fields: Any) -> User:
+        user = User.objects.create_user(username, password="pw", **fields)
+        for name in groups:
+            user.groups.add(Group.objects.get_or_create(name=name)[0])
+        return user
+
+    return make
+
+
+@pytest.fixture
+def reviewer(make_user: MakeUser) -> User:
+    return make_user("rita", REVIEWERS_GROUP)
+
+
+@pytest.fixture
+def manager(make_user: MakeUser) -> User:
+    return make_user("max", MANAGERS_GROUP, is_staff=True)
+
+
+@pytest.fixture
+def hold_refund(holding_agent: Agent, orders: dict[str, Order]) -> HoldRefund:
+    """A refund of ORD-1001 (CUS-1, 120,00 BRL) or another order, held for a human."""
+
+    def hold(
+        amount_cents: int = 6_000,
+        *,
+        order_id: str = "ORD-1001",
+        currency: str = "BRL",
+        customer_id: str = "CUS-1",
+        session_id: str | None = None,
+        reason: str = "damaged",
+    ) -> Confirmation:
+        result = call_dispatch(
+            agent=holding_agent,
+            session_id=session_id or f"s-{next(_sessions)}",
+            customer_id=customer_id,
+            tool="refund_order",
+            arguments={
+                "order_id": order_id,
+                "amount_cents": amount_cents,
+                "currency": currency,
+                "reason": reason,
+            },
+        )
+        assert result.code == "CONFIRMATION_REQUIRED", result
+        return Confirmation.objects.get(pk=result.data["confirmation_id"])
+
+    return hold

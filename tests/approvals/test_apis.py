@@ -12,7 +12,7 @@ from django.test import Client
 from approvals.models import ReviewerToken
 from approvals.reviewers import REVIEWERS_GROUP, reviewer_token_create
 from dispatch.models import Agent, Confirmation, ConfirmationStatus, SecurityEvent
-from tests.approvals.conftest import hold_refund
+from tests.approvals.conftest import refund_held_for
 from tests.conftest import Ledger, MakeAgent
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("orders")]
@@ -30,7 +30,7 @@ def make_user(username: str, *, reviewer: bool = True) -> User:
 def held(make_agent: MakeAgent) -> tuple[Agent, str, Confirmation]:
     """An agent, its token, and a refund of 6000 of its held for one reviewer."""
     agent, token = make_agent()
-    return agent, token, hold_refund(agent)
+    return agent, token, refund_held_for(agent)
 
 
 def decide(
@@ -244,7 +244,7 @@ def test_with_two_reviewers_required_the_same_reviewer_cannot_approve_twice(
     client: Client, make_agent: MakeAgent, ledger: Ledger
 ) -> None:
     agent, _ = make_agent(two_reviewers_from_cents=10_000)
-    confirmation = hold_refund(agent, 11_000)
+    confirmation = refund_held_for(agent, 11_000)
     rita = reviewer_token_create(user=make_user("rita"))
     sam = reviewer_token_create(user=make_user("sam"))
 

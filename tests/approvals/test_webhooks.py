@@ -25,7 +25,7 @@ from approvals.webhooks import (
 from dispatch.models import Agent, Confirmation
 from dispatch.selectors import confirmation_state
 from dispatch.webhooks import agent_webhook_set
-from tests.approvals.conftest import Verify, WebhookReceiver, hold_refund
+from tests.approvals.conftest import Verify, WebhookReceiver, refund_held_for
 from tests.conftest import MakeAgent
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("orders")]
@@ -65,7 +65,7 @@ def test_an_event_reaches_the_webhook_signed_as_documented(
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     agent, secret = hooked
-    confirmation = hold_refund(agent)
+    confirmation = refund_held_for(agent)
 
     delivery = enqueue_and_commit(django_capture_on_commit_callbacks, confirmation, "rejected")
 
@@ -94,7 +94,7 @@ def test_the_documented_check_refuses_a_wrong_secret_a_changed_body_and_an_old_t
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     agent, secret = hooked
-    enqueue_and_commit(django_capture_on_commit_callbacks, hold_refund(agent), "expired")
+    enqueue_and_commit(django_capture_on_commit_callbacks, refund_held_for(agent), "expired")
     [request] = webhook_receiver.received
     signature = request.headers["Toolgate-Signature"]
     stamp = int(re.search(r"t=(\d+)", signature).group(1))  # type: ignore[union-attr]
@@ -123,7 +123,9 @@ def test_an_agent_without_a_webhook_gets_no_delivery(
 ) -> None:
     agent, _ = make_agent()
 
-    delivery = enqueue_and_commit(django_capture_on_commit_callbacks, hold_refund(agent), "expired")
+    delivery = enqueue_and_commit(
+        django_capture_on_commit_callbacks, refund_held_for(agent), "expired"
+    )
 
     assert delivery is None
     assert not WebhookDelivery.objects.exists()
@@ -134,7 +136,7 @@ def test_nothing_is_recorded_or_sent_when_the_decision_rolls_back(
     webhook_receiver: WebhookReceiver,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    confirmation = hold_refund(hooked[0])
+    confirmation = refund_held_for(hooked[0])
 
     with (
         pytest.raises(RuntimeError),
@@ -149,7 +151,7 @@ def test_nothing_is_recorded_or_sent_when_the_decision_rolls_back(
 
 
 def test_an_unknown_event_is_refused(hooked: tuple[Agent, str]) -> None:
-    confirmation = hold_refund(hooked[0])
+    confirmation = refund_held_for(hooked[0])
 
     with pytest.raises(ValueError, match="not a webhook event"):
         webhook_enqueue(confirmation=confirmation, event="voted")
@@ -162,7 +164,7 @@ def test_a_failed_attempt_is_recorded_and_the_next_sends_the_same_event_again(
 ) -> None:
     webhook_receiver.answers.extend([500])
     with transaction.atomic():
-        webhook_enqueue(confirmation=hold_refund(hooked[0]), event="executed")
+        webhook_enqueue(confirmation=refund_held_for(hooked[0]), event="executed")
     delivery_id = WebhookDelivery.objects.get().pk
 
     first = webhook_deliver(delivery_id=delivery_id)
@@ -185,7 +187,7 @@ def test_it_gives_up_after_the_last_attempt(
     settings.TOOLGATE_WEBHOOK_MAX_ATTEMPTS = 2
     webhook_receiver.answers.extend([503, 503, 503])
     with transaction.atomic():
-        webhook_enqueue(confirmation=hold_refund(hooked[0]), event="unknown")
+        webhook_enqueue(confirmation=refund_held_for(hooked[0]), event="unknown")
     delivery_id = WebhookDelivery.objects.get().pk
 
     webhook_deliver(delivery_id=delivery_id)
@@ -206,7 +208,7 @@ def test_in_process_a_failing_webhook_is_tried_once_and_never_breaks_the_decisio
     webhook_receiver.answers.extend([500, 500])
 
     delivery = enqueue_and_commit(
-        django_capture_on_commit_callbacks, hold_refund(hooked[0]), "approved"
+        django_capture_on_commit_callbacks, refund_held_for(hooked[0]), "approved"
     )
 
     assert delivery is not None
@@ -219,7 +221,7 @@ def test_a_redirect_is_not_followed(
 ) -> None:
     webhook_receiver.answers.extend([302])
     with transaction.atomic():
-        webhook_enqueue(confirmation=hold_refund(hooked[0]), event="executed")
+        webhook_enqueue(confirmation=refund_held_for(hooked[0]), event="executed")
 
     delivery = webhook_deliver(delivery_id=WebhookDelivery.objects.get().pk)
 
@@ -234,7 +236,7 @@ def test_a_receiver_that_does_not_answer_in_time_is_a_failed_attempt(
     settings.TOOLGATE_WEBHOOK_TIMEOUT_SECONDS = 0.2
     webhook_receiver.delay = 1.0
     with transaction.atomic():
-        webhook_enqueue(confirmation=hold_refund(hooked[0]), event="executed")
+        webhook_enqueue(confirmation=refund_held_for(hooked[0]), event="executed")
 
     delivery = webhook_deliver(delivery_id=WebhookDelivery.objects.get().pk)
 
@@ -252,7 +254,7 @@ def test_a_receiver_that_is_down_is_a_failed_attempt(
     agent, _ = make_agent()
     agent_webhook_set(agent=agent, url=f"http://127.0.0.1:{closed_port}/hook")
     with transaction.atomic():
-        webhook_enqueue(confirmation=hold_refund(agent), event="executed")
+        webhook_enqueue(confirmation=refund_held_for(agent), event="executed")
 
     delivery = webhook_deliver(delivery_id=WebhookDelivery.objects.get().pk)
 
@@ -265,7 +267,7 @@ def test_an_address_no_longer_allowed_when_sending_gets_nothing(
     hooked: tuple[Agent, str], webhook_receiver: WebhookReceiver, settings: Settings
 ) -> None:
     with transaction.atomic():
-        webhook_enqueue(confirmation=hold_refund(hooked[0]), event="executed")
+        webhook_enqueue(confirmation=refund_held_for(hooked[0]), event="executed")
     settings.TOOLGATE_WEBHOOK_ALLOW_PRIVATE = False
 
     delivery = webhook_deliver(delivery_id=WebhookDelivery.objects.get().pk)
@@ -293,7 +295,7 @@ def test_resending_delivers_the_pending_and_with_failed_the_failed_too(
 ) -> None:
     settings.TOOLGATE_WEBHOOK_MAX_ATTEMPTS = 1
     webhook_receiver.answers.extend([500])
-    confirmation = hold_refund(hooked[0])
+    confirmation = refund_held_for(hooked[0])
     with transaction.atomic():
         webhook_enqueue(confirmation=confirmation, event="approved")
         webhook_enqueue(confirmation=confirmation, event="executed")
@@ -319,7 +321,7 @@ def test_deliveries_are_listed_read_only_in_the_admin(
     hooked: tuple[Agent, str], admin_client: Any
 ) -> None:
     with transaction.atomic():
-        webhook_enqueue(confirmation=hold_refund(hooked[0]), event="expired")
+        webhook_enqueue(confirmation=refund_held_for(hooked[0]), event="expired")
     delivery = WebhookDelivery.objects.get()
 
     listing = admin_client.get("/admin/approvals/webhookdelivery/?status__exact=pending")
@@ -336,7 +338,7 @@ def test_a_pending_delivery_goes_to_the_webhook_url_the_agent_has_now(
 ) -> None:
     agent, secret = hooked
     with transaction.atomic():
-        webhook_enqueue(confirmation=hold_refund(agent), event="executed")
+        webhook_enqueue(confirmation=refund_held_for(agent), event="executed")
     moved = webhook_receiver.url.replace("/toolgate/events", "/v2/events")
     agent_webhook_set(agent=agent, url=moved)
 
@@ -354,7 +356,7 @@ def test_a_pending_delivery_of_an_agent_whose_webhook_was_removed_sends_nothing(
 ) -> None:
     agent, _ = hooked
     with transaction.atomic():
-        webhook_enqueue(confirmation=hold_refund(agent), event="executed")
+        webhook_enqueue(confirmation=refund_held_for(agent), event="executed")
     agent_webhook_set(agent=agent, url="")
 
     delivery = webhook_deliver(delivery_id=WebhookDelivery.objects.get().pk, last_attempt=True)
@@ -375,7 +377,7 @@ def test_a_decision_and_its_execution_reach_the_agents_webhook(
 ) -> None:
 
     agent, secret = hooked
-    confirmation = hold_refund(agent)
+    confirmation = refund_held_for(agent)
     reviewer = User.objects.create_user("ana")
 
     with django_capture_on_commit_callbacks(execute=True):

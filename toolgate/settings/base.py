@@ -29,6 +29,9 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "axes",
+    "django_htmx",
+    "django_tables2",
+    "django_filters",
     "orders",
     "dispatch",
     "approvals",
@@ -42,6 +45,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    # Times on the pages in the zone the browser reported (a cookie), else UTC.
+    "toolgate.timezones.BrowserTimezoneMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as axes asks: it turns a login refused for a lockout into the lockout page.
@@ -61,6 +67,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                # The places of the signed-in user, for the navigation of every page.
+                "toolgate.navigation.navigation",
             ],
         },
     },
@@ -120,6 +128,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# The site's own files and the vendored ones (static/vendor/: Pico CSS and htmx, each with its
+# version and licence; no CDN).
+STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES: dict[str, dict[str, Any]] = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
@@ -232,6 +243,13 @@ TOOLGATE_GATEWAY_FAULTS = env.bool("TOOLGATE_GATEWAY_FAULTS", default=True)
 
 # Connections each process keeps for reserving money moved without a human (PostgreSQL only).
 TOOLGATE_RESERVATION_CONNECTIONS = env.int("TOOLGATE_RESERVATION_CONNECTIONS", default=4)
+
+# The reviewer queue reloads itself this often; an item approved or executing for longer than
+# TOOLGATE_STUCK_AFTER_MINUTES stands out (a worker that is down), as does a pending one that
+# expires within TOOLGATE_EXPIRING_SOON_MINUTES.
+TOOLGATE_QUEUE_REFRESH_SECONDS = env.int("TOOLGATE_QUEUE_REFRESH_SECONDS", default=10)
+TOOLGATE_STUCK_AFTER_MINUTES = env.int("TOOLGATE_STUCK_AFTER_MINUTES", default=5)
+TOOLGATE_EXPIRING_SOON_MINUTES = env.int("TOOLGATE_EXPIRING_SOON_MINUTES", default=15)
 
 # Refused requests of the agent API are kept this many days, and at most this many rows
 # (dispatch.security prunes on write and with `manage.py prune_security_events`).
