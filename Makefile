@@ -27,10 +27,13 @@ format: install
 test: install
 	$(BIN)/pytest
 
+# `make demo PORT=8080` serves on another port.
+PORT ?= 8000
+
 demo: install
 	$(PY) manage.py migrate
-	$(PY) manage.py seed_demo
-	$(PY) manage.py runserver 127.0.0.1:8000
+	$(PY) manage.py seed_demo --base-url http://127.0.0.1:$(PORT)
+	$(PY) manage.py runserver 127.0.0.1:$(PORT)
 
 bench: install
 	$(PY) bench/run.py

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from approvals.models import WebhookDelivery
 from dispatch.admin import ReadOnlyAdmin
 from dispatch.models import Confirmation
 
@@ -27,3 +28,24 @@ class ConfirmationAdmin(ReadOnlyAdmin):
     search_fields = ("id", "session_id", "customer_id", "key")
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
+    """Each event sent to an agent's webhook, and how its sending went (approvals.webhooks)."""
+
+    list_display = (
+        "created_at",
+        "event",
+        "confirmation",
+        "status",
+        "attempts",
+        "last_status_code",
+        "last_error",
+        "delivered_at",
+    )
+    list_filter = ("status", "event", "confirmation__agent")
+    list_select_related = ("confirmation",)
+    search_fields = ("confirmation__id", "url")
+    date_hierarchy = "created_at"
+    ordering = ("-created_at", "-id")

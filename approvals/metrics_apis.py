@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from approvals.apis import PersonalTokenAuthentication
 from dispatch.apis import JsonApi
 from dispatch.envelopes import ErrorEnvelope
 from dispatch.metrics import call_figures, confirmation_outcomes, policy_what_if
@@ -37,7 +38,7 @@ class IsManager(BasePermission):
 
 
 class MetricsApi(JsonApi):
-    authentication_classes = [SessionAuthentication]
+    authentication_classes = [SessionAuthentication, PersonalTokenAuthentication]
     permission_classes = [IsManager]
 
     @extend_schema(
@@ -110,7 +111,7 @@ WHAT_IF_FIELDS = {
 
 
 class PolicyWhatIfApi(JsonApi):
-    authentication_classes = [SessionAuthentication]
+    authentication_classes = [SessionAuthentication, PersonalTokenAuthentication]
     permission_classes = [IsManager]
 
     @extend_schema(

@@ -104,3 +104,47 @@ class ConfirmationEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.confirmation_id} {self.kind} by {self.actor_label}"
+
+
+class WebhookDeliveryStatus(models.TextChoices):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    # Every attempt failed; nothing more is tried.
+    FAILED = "failed"
+
+
+class WebhookDelivery(models.Model):
+    """One event of a confirmation sent to its agent's webhook, and how its sending went.
+
+    The body is fixed when the event happens, so a retry sends the same state, not a later one.
+    """
+
+    confirmation = models.ForeignKey(
+        Confirmation, on_delete=models.PROTECT, related_name="webhook_deliveries"
+    )
+    event = models.CharField(max_length=16)
+    # Where the last attempt went: the agent's webhook URL at the time.
+    url = models.URLField(max_length=500)
+    payload = models.JSONField()
+    status = models.CharField(
+        max_length=16,
+        choices=WebhookDeliveryStatus.choices,
+        default=WebhookDeliveryStatus.PENDING,
+    )
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    # The receiver's HTTP status of the last attempt; none when it was not reached.
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField()
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        verbose_name_plural = "webhook deliveries"
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="webhook_delivery_status_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} of {self.confirmation_id} ({self.status})"

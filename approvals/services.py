@@ -21,6 +21,7 @@ from django.utils import timezone
 from pydantic import BaseModel
 
 from approvals.models import ConfirmationEvent, EventKind, ReviewerLimit, Vote
+from approvals.webhooks import webhook_enqueue
 from dispatch.models import (
     Agent,
     Confirmation,
@@ -128,6 +129,7 @@ def _approve(confirmation_id: str, reviewer: User) -> Confirmation | Confirmatio
             update_fields=["status", "decision_code", "decision_reason", "decided_at", "result"]
         )
         _event(confirmation, EventKind.INVALIDATED, reviewer, now, judged.message)
+        webhook_enqueue(confirmation=confirmation, event="invalidated")
         # The call no longer passes: an identical call is judged anew.
         _settle_key(confirmation, IdempotencyStatus.OPEN, result=None, live=False)
         return confirmation
@@ -136,6 +138,7 @@ def _approve(confirmation_id: str, reviewer: User) -> Confirmation | Confirmatio
     confirmation.decided_at = now
     confirmation.save(update_fields=["status", "decided_at"])
     _event(confirmation, EventKind.APPROVED, reviewer, now)
+    webhook_enqueue(confirmation=confirmation, event="approved")
     # Held until its execution ends: an identical call gets the confirmation's state meanwhile.
     _settle_key(confirmation, IdempotencyStatus.HELD, result=None, live=True)
     transaction.on_commit(lambda: _enqueue_execution(confirmation.pk))
@@ -170,6 +173,7 @@ def _reject(confirmation_id: str, reviewer: User, reason: str) -> Confirmation |
         update_fields=["status", "decision_code", "decision_reason", "decided_at", "result"]
     )
     _event(confirmation, EventKind.REJECTED, reviewer, now, reason)
+    webhook_enqueue(confirmation=confirmation, event="rejected")
     # An identical call replays the rejection.
     _settle_key(confirmation, IdempotencyStatus.COMPLETED, result=confirmation.result, live=False)
     return confirmation
@@ -361,6 +365,7 @@ def _expire_if_due(confirmation: Confirmation, now: datetime) -> bool:
     confirmation.decision_reason = "No reviewer decided before it expired."
     confirmation.save(update_fields=["status", "decided_at", "decision_code", "decision_reason"])
     _event(confirmation, EventKind.EXPIRED, None, now)
+    webhook_enqueue(confirmation=confirmation, event="expired")
     # An expired call may be held again.
     _settle_key(confirmation, IdempotencyStatus.OPEN, result=None, live=False)
     return True
@@ -389,6 +394,7 @@ def _finish(
     confirmation.result = result.as_dict()
     confirmation.finished_at = now
     confirmation.save(update_fields=["status", "result", "finished_at"])
+    webhook_enqueue(confirmation=confirmation, event=status)
     if status == ConfirmationStatus.UNKNOWN:
         # Until a reviewer reconciles it, an identical call gets its state.
         _settle_key(confirmation, IdempotencyStatus.HELD, result=None, live=True)

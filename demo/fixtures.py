@@ -45,13 +45,34 @@ class DemoUser:
     username: str
     group: str | None
     superuser: bool
-    # What members of the group may see in the admin until their own pages exist.
+    # What members of the group may see in the admin.
     group_permissions: tuple[str, ...] = ()
+    # The page to open after logging in, and what the user does there.
+    start: str = "/"
+    role: str = ""
+    # A reviewer's approval limit, the same in every currency; None for no limit.
+    limit_cents: int | None = None
 
 
 DEMO_USERS = (
-    DemoUser("admin", None, True),
-    DemoUser("reviewer", "reviewers", False, ("dispatch.view_confirmation",)),
+    DemoUser("admin", None, True, start="/admin/", role="agents, policies, users"),
+    DemoUser(
+        "reviewer",
+        "reviewers",
+        False,
+        ("dispatch.view_confirmation",),
+        start="/approvals/",
+        role="decides held refunds, no approval limit",
+    ),
+    DemoUser(
+        "reviewer2",
+        "reviewers",
+        False,
+        ("dispatch.view_confirmation",),
+        start="/approvals/",
+        role="decides held refunds up to 200.00 in each currency",
+        limit_cents=20_000,
+    ),
     DemoUser(
         "manager",
         "managers",
@@ -66,5 +87,7 @@ DEMO_USERS = (
             "orders.view_order",
             "orders.view_refund",
         ),
+        start="/",
+        role="reads the records; the home page lists them",
     ),
 )

@@ -14,6 +14,7 @@ from django.contrib import admin, messages
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
@@ -27,6 +28,12 @@ from dispatch.models import (
 )
 from dispatch.registry import tool_registry
 from dispatch.services import policy_create
+from dispatch.webhooks import (
+    WebhookUrlInvalid,
+    agent_webhook_secret_rotate,
+    agent_webhook_set,
+    webhook_target,
+)
 
 _POLICY_FIELDS = (
     "allowed_tools",
@@ -71,17 +78,53 @@ class PolicyInline(admin.TabularInline):  # type: ignore[type-arg]
         return False
 
 
+class AgentForm(forms.ModelForm):  # type: ignore[type-arg]
+    # Checked by dispatch.webhooks alone: Django's URLField would add a scheme to what it got.
+    webhook_url = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Webhook URL",
+        help_text="where decisions and results of this agent's confirmations are POSTed, signed "
+        "(docs/webhooks.md); https, and a public address. Empty for none.",
+    )
+
+    class Meta:
+        model = Agent
+        fields = ("name", "is_active", "webhook_url")
+
+    def clean_webhook_url(self) -> str:
+        url = str(self.cleaned_data.get("webhook_url") or "").strip()
+        if url:
+            try:
+                webhook_target(url)
+            except WebhookUrlInvalid as exc:
+                raise forms.ValidationError(str(exc)) from None
+        return url
+
+
+_SECRETS_TEMPLATE = "admin/dispatch/agent/webhook_secrets.html"
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("name", "token_prefix", "is_active", "policy_version", "created_at")
+    form = AgentForm
+    list_display = (
+        "name",
+        "token_prefix",
+        "is_active",
+        "policy_version",
+        "webhook_url",
+        "created_at",
+    )
     list_filter = ("is_active",)
     list_select_related = ("current_policy",)
     search_fields = ("name", "token_prefix")
-    # token_hash is never shown: it is all an attacker would need to look for a matching token.
-    fields = ("name", "is_active", "token_prefix", "policy", "created_at")
-    readonly_fields = ("token_prefix", "policy", "created_at")
+    # token_hash is never shown: it is all an attacker would need to look for a matching token;
+    # nor is the webhook secret, shown once when it is made.
+    fields = ("name", "is_active", "token_prefix", "policy", "webhook_url", "webhook", "created_at")
+    readonly_fields = ("token_prefix", "policy", "webhook", "created_at")
     inlines = (PolicyInline,)
-    actions = ("disable_agents", "enable_agents")
+    actions = ("disable_agents", "enable_agents", "rotate_webhook_secrets")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         # The token must be shown once, to the one who creates the agent: `create_agent` does.
@@ -116,6 +159,62 @@ class AgentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             agent.current_policy.version,
             add_url,
         )
+
+    @admin.display(description="webhook secret")
+    def webhook(self, agent: Agent) -> str:
+        if not agent.webhook_secret:
+            return "none (one is made, and shown once, when a webhook URL is set)"
+        return "set (shown once when it was made; the 'rotate' action makes a new one)"
+
+    def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
+        url = obj.webhook_url
+        url_changed = "webhook_url" in form.changed_data
+        if url_changed:
+            # The webhook is set by its service, which also makes or drops the secret.
+            obj.webhook_url = str(form.initial.get("webhook_url") or "")
+        super().save_model(request, obj, form, change)
+        if not url_changed:
+            return
+        try:
+            secret = agent_webhook_set(agent=obj, url=url)
+        except WebhookUrlInvalid as exc:
+            # The host resolved elsewhere since the form was checked.
+            self.message_user(request, f"The webhook was not changed: {exc}", messages.ERROR)
+            return
+        if secret is not None:
+            request._webhook_secrets = [(obj, secret)]  # type: ignore[attr-defined]
+
+    def response_change(self, request: HttpRequest, obj: Agent) -> HttpResponse:
+        secrets = getattr(request, "_webhook_secrets", None)
+        if secrets:
+            # Shown on this answer and nowhere else: not through messages, which may keep it in
+            # a cookie.
+            return self._show_secrets(request, secrets)
+        return super().response_change(request, obj)
+
+    def _show_secrets(self, request: HttpRequest, secrets: list[tuple[Agent, str]]) -> HttpResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Webhook secrets",
+            "secrets": secrets,
+            "changelist_url": reverse("admin:dispatch_agent_changelist"),
+        }
+        # Admin views are never cached (no-store), so the page is not kept either.
+        return TemplateResponse(request, _SECRETS_TEMPLATE, context)
+
+    @admin.action(description="Make new webhook secrets for the selected agents (shown once)")
+    def rotate_webhook_secrets(
+        self, request: HttpRequest, queryset: QuerySet[Agent]
+    ) -> HttpResponse | None:
+        secrets = [
+            (agent, agent_webhook_secret_rotate(agent=agent))
+            for agent in queryset.exclude(webhook_url="")
+        ]
+        if not secrets:
+            self.message_user(request, "None of the selected agents has a webhook.", messages.ERROR)
+            return None
+        return self._show_secrets(request, secrets)
 
     @admin.action(description="Disable the selected agents (their tokens stop working)")
     def disable_agents(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:

@@ -21,8 +21,9 @@ from dispatch.throttling import RateLimiterUnavailable, parse_rate, request_log
 
 class AgentTokenAuthentication(BaseAuthentication):
     keyword = b"token"
+    refusal = "Invalid token, or the agent is disabled."
 
-    def authenticate(self, request: Request) -> tuple[Agent, str] | None:
+    def authenticate(self, request: Request) -> tuple[Any, str] | None:
         parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() != self.keyword:
             return None
@@ -32,10 +33,14 @@ class AgentTokenAuthentication(BaseAuthentication):
             token = parts[1].decode("ascii")
         except UnicodeDecodeError:
             raise AuthenticationFailed("Invalid token.") from None
-        agent = agent_authenticate(token)
-        if agent is None:
-            raise AuthenticationFailed("Invalid token, or the agent is disabled.")
-        return agent, token
+        holder = self.token_holder(token)
+        if holder is None:
+            raise AuthenticationFailed(self.refusal)
+        return holder, token
+
+    def token_holder(self, token: str) -> Any:
+        """Who the token belongs to (here an agent), or None."""
+        return agent_authenticate(token)
 
     def authenticate_header(self, request: Request) -> str:
         # Makes DRF answer 401 (not 403) when the header is missing.

@@ -28,6 +28,11 @@ class Agent(models.Model):
         blank=True,
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # Where decisions and final results of this agent's confirmations are POSTed (dispatch.webhooks
+    # validates it), signed with the secret. The secret is kept as it is, not hashed: signing needs
+    # it. It is shown once, when it is made.
+    webhook_url = models.URLField(max_length=500, blank=True, default="")
+    webhook_secret = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["name"]

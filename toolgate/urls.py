@@ -3,13 +3,17 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
+from approvals import apis as approvals_apis
 from approvals.metrics_apis import MetricsApi, PolicyWhatIfApi
 from toolgate import views
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("admin/", admin.site.urls),
+    # Before Django's own: after logging in, each role lands on its page.
+    path("accounts/login/", views.RoleLoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("approvals/", include("approvals.urls")),
     path("analytics/", include("approvals.analytics_urls")),
     path(
         "api/schema/",
@@ -20,6 +24,17 @@ urlpatterns = [
         "api/docs/",
         SpectacularSwaggerView.as_view(url_name="schema", permission_classes=[AllowAny]),
         name="swagger-ui",
+    ),
+    # Before dispatch's, whose last pattern answers every other path under the prefix with a 404.
+    path(
+        "api/v1/confirmations/<str:confirmation_id>/approve",
+        approvals_apis.ConfirmationApproveApi.as_view(),
+        name="confirmation-approve",
+    ),
+    path(
+        "api/v1/confirmations/<str:confirmation_id>/reject",
+        approvals_apis.ConfirmationRejectApi.as_view(),
+        name="confirmation-reject",
     ),
     path("api/v1/metrics", MetricsApi.as_view(), name="metrics"),
     path("api/v1/metrics/what-if", PolicyWhatIfApi.as_view(), name="metrics-what-if"),

@@ -3,12 +3,23 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from toolgate.navigation import landing_url, places_for
+
 
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "home.html")
+    """The product in a sentence, and the places of the signed-in user."""
+    return render(request, "home.html", {"my_places": places_for(request.user)})
+
+
+class RoleLoginView(LoginView):
+    """Django's login; without a `next`, each role lands on its own page (navigation.py)."""
+
+    def get_default_redirect_url(self) -> str:
+        return landing_url(self.request.user)
 
 
 def login_locked_out(

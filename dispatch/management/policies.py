@@ -87,5 +87,5 @@ def describe_policy(policy: Policy) -> list[str]:
         ("confirmation lifetime", _duration(policy.confirmation_ttl_seconds)),
     ]
     return [f"Policy v{policy.version} of {policy.agent.name}:"] + [
-        f"  {label:<24}{value}" for label, value in rows
+        f"  {label:<27}{value}" for label, value in rows
     ]

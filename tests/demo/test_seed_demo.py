@@ -11,8 +11,9 @@ from django.core.management.base import CommandError
 from django.test import Client
 from pytest_django.fixtures import Settings
 
+from approvals.selectors import effective_status
 from demo.fixtures import DEMO_TOKEN
-from dispatch.models import Agent, Policy
+from dispatch.models import Agent, Confirmation, Policy
 from dispatch.services import agent_authenticate, agent_create, token_hash
 from orders.models import Order
 from tests.conftest import Run
@@ -189,3 +190,26 @@ def test_its_curl_example_works(run: Run, client: Client) -> None:
     result = response.json()
     assert (result["ok"], result["code"]) == (True, "OK")
     assert result["data"]["order_id"] == json.loads(body)["arguments"]["order_id"]
+
+
+# Committed for real, as `make demo` does: each approval's execution runs once it commits.
+@pytest.mark.django_db(transaction=True)
+def test_it_fills_the_reviewer_queue_with_every_state_once(run: Run, client: Client) -> None:
+    output = run("seed_demo", "--force")
+    again = run("seed_demo", "--force")
+
+    statuses = sorted(effective_status(confirmation) for confirmation in Confirmation.objects.all())
+    assert statuses == sorted(
+        ["pending"] * 4 + ["executed", "rejected", "expired", "failed", "unknown"]
+    )
+    two_reviewers = Confirmation.objects.get(reviewers_required=2)
+    assert effective_status(two_reviewers) == "pending"
+    assert [vote.reviewer.username for vote in two_reviewers.votes.all()] == ["reviewer2"]
+    assert Confirmation.objects.exclude(host_context="").exists()
+    assert "already there, kept as they are" in again
+    assert "reviewer  http://127.0.0.1:8000/approvals/" in output
+    assert "manager   http://127.0.0.1:8000/ " in output
+    assert client.login(username="reviewer", password="toolgate-demo")
+    queue = client.get("/approvals/").content.decode()
+    assert queue.count('<article class="item') == 4
+    assert "Expires soon" in queue

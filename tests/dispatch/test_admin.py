@@ -232,3 +232,66 @@ def test_confirmations_are_listed_by_status_read_only(admin_client: Client, agen
     assert b"c0ffee" in by_month.content
     assert admin_client.get("/admin/dispatch/confirmation/add/").status_code == 403
     assert admin_client.post("/admin/dispatch/confirmation/c0ffee/delete/").status_code == 403
+
+
+def _agent_form(agent: Agent, **changes: object) -> dict[str, object]:
+    return {
+        "name": agent.name,
+        "is_active": "on",
+        "webhook_url": agent.webhook_url,
+        "policies-TOTAL_FORMS": "0",
+        "policies-INITIAL_FORMS": str(agent.policies.count()),
+        **changes,
+    }
+
+
+def test_setting_a_webhook_in_the_admin_shows_its_secret_once(
+    admin_client: Client, agent: Agent
+) -> None:
+    url = f"/admin/dispatch/agent/{agent.pk}/change/"
+
+    response = admin_client.post(url, _agent_form(agent, webhook_url="https://93.184.215.14/h"))
+    page = admin_client.get(url)
+
+    agent.refresh_from_db()
+    assert response.status_code == 200
+    assert "no-store" in response["Cache-Control"]
+    assert agent.webhook_url == "https://93.184.215.14/h"
+    assert agent.webhook_secret.startswith("whsec_")
+    assert agent.webhook_secret.encode() in response.content
+    assert b"shown once" in response.content
+    assert agent.webhook_secret.encode() not in page.content
+
+
+def test_the_admin_refuses_a_private_webhook_url_and_keeps_the_agent_as_it_was(
+    admin_client: Client, agent: Agent
+) -> None:
+    url = f"/admin/dispatch/agent/{agent.pk}/change/"
+
+    response = admin_client.post(url, _agent_form(agent, webhook_url="https://10.0.0.7/h"))
+
+    agent.refresh_from_db()
+    assert response.status_code == 200
+    assert b"not a public address" in response.content
+    assert (agent.webhook_url, agent.webhook_secret) == ("", "")
+
+
+def test_the_rotate_action_shows_the_new_webhook_secrets_once(
+    admin_client: Client, agent: Agent
+) -> None:
+    admin_client.post(
+        f"/admin/dispatch/agent/{agent.pk}/change/",
+        _agent_form(agent, webhook_url="https://93.184.215.14/h"),
+    )
+    agent.refresh_from_db()
+    first = agent.webhook_secret
+
+    response = admin_client.post(
+        "/admin/dispatch/agent/",
+        {"action": "rotate_webhook_secrets", "_selected_action": [str(agent.pk)]},
+    )
+
+    agent.refresh_from_db()
+    assert response.status_code == 200
+    assert agent.webhook_secret != first
+    assert agent.webhook_secret.encode() in response.content

@@ -29,6 +29,9 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "axes",
+    "django_htmx",
+    "django_tables2",
+    "django_filters",
     "orders",
     "dispatch",
     "approvals",
@@ -42,6 +45,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    # Times on the pages in the zone the browser reported (a cookie), else UTC.
+    "toolgate.timezones.BrowserTimezoneMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as axes asks: it turns a login refused for a lockout into the lockout page.
@@ -61,6 +67,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                # The places of the signed-in user, for the navigation of every page.
+                "toolgate.navigation.navigation",
             ],
         },
     },
@@ -188,6 +196,29 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env.float("CONFIRMATION_EXPIRY_SECONDS", default=60.0),
     },
 }
+# A task is acknowledged once it ran (acks_late): one whose worker was killed goes back to the
+# queue once Redis has not heard of it for this long, and another worker runs it. It must stay
+# above the longest a task may run or wait for its countdown (a webhook's retry backoff, the
+# execution's retries), or a task still running would be run a second time meanwhile.
+CELERY_VISIBILITY_TIMEOUT_SECONDS = env.int("CELERY_VISIBILITY_TIMEOUT_SECONDS", default=3600)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": CELERY_VISIBILITY_TIMEOUT_SECONDS,
+    # How often a worker looks for such tasks: a quarter of the timeout, at most once a minute.
+    "unacked_restore_interval": max(1, min(60, CELERY_VISIBILITY_TIMEOUT_SECONDS // 4)),
+    "unacked_restore_throttle": 1,
+}
+# Task modules outside an app's tasks.py.
+CELERY_IMPORTS = ["approvals.webhooks"]
+
+# Webhooks (approvals.webhooks): URLs must resolve to public addresses unless this allows
+# loopback and private ones (a receiver on the same host or network).
+TOOLGATE_WEBHOOK_ALLOW_PRIVATE = env.bool("TOOLGATE_WEBHOOK_ALLOW_PRIVATE", default=False)
+TOOLGATE_WEBHOOK_TIMEOUT_SECONDS = env.float("TOOLGATE_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+TOOLGATE_WEBHOOK_MAX_ATTEMPTS = env.int("TOOLGATE_WEBHOOK_MAX_ATTEMPTS", default=8)
+# The wait after the n-th failed attempt is base * 2**(n-1), at most the cap: with the defaults
+# 10 s, 20 s, ... 10 min, about 21 minutes over 8 attempts.
+TOOLGATE_WEBHOOK_RETRY_BASE_SECONDS = env.float("TOOLGATE_WEBHOOK_RETRY_BASE_SECONDS", default=10.0)
+TOOLGATE_WEBHOOK_RETRY_MAX_SECONDS = env.float("TOOLGATE_WEBHOOK_RETRY_MAX_SECONDS", default=600.0)
 
 LOG_LEVEL = env("LOG_LEVEL", default="INFO")
 LOGGING = {
@@ -212,6 +243,13 @@ TOOLGATE_GATEWAY_FAULTS = env.bool("TOOLGATE_GATEWAY_FAULTS", default=True)
 
 # Connections each process keeps for reserving money moved without a human (PostgreSQL only).
 TOOLGATE_RESERVATION_CONNECTIONS = env.int("TOOLGATE_RESERVATION_CONNECTIONS", default=4)
+
+# The reviewer queue reloads itself this often; an item approved or executing for longer than
+# TOOLGATE_STUCK_AFTER_MINUTES stands out (a worker that is down), as does a pending one that
+# expires within TOOLGATE_EXPIRING_SOON_MINUTES.
+TOOLGATE_QUEUE_REFRESH_SECONDS = env.int("TOOLGATE_QUEUE_REFRESH_SECONDS", default=10)
+TOOLGATE_STUCK_AFTER_MINUTES = env.int("TOOLGATE_STUCK_AFTER_MINUTES", default=5)
+TOOLGATE_EXPIRING_SOON_MINUTES = env.int("TOOLGATE_EXPIRING_SOON_MINUTES", default=15)
 
 # Refused requests of the agent API are kept this many days, and at most this many rows
 # (dispatch.security prunes on write and with `manage.py prune_security_events`).

@@ -12,6 +12,7 @@ from django.contrib.auth.models import Group, Permission, User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from approvals.models import ReviewerLimit
 from demo.fixtures import (
     DEMO_AGENT_NAME,
     DEMO_BASE_URL,
@@ -22,11 +23,13 @@ from demo.fixtures import (
     DemoUser,
     demo_token,
 )
+from demo.queue import demo_queue_seed
 from dispatch.management.policies import DEFAULT_POLICY, describe_policy
 from dispatch.models import Agent, Policy
 from dispatch.services import agent_create, agent_token_set, policy_create, token_hash
 from orders.models import Order
 from orders.services import order_create
+from orders.tools import CURRENCIES
 
 # Characters that need no quoting in a shell or an Authorization header.
 _TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9._~-]{16,128}$")
@@ -34,9 +37,9 @@ _TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9._~-]{16,128}$")
 
 class Command(BaseCommand):
     help = (
-        "Create demo orders, the agent 'demo-agent' with a fixed, documented token, and the "
-        "users admin, reviewer and manager. Idempotent. Refuses to run without DEBUG unless "
-        "--force is given."
+        "Create demo orders, the agent 'demo-agent' with a fixed, documented token, the users "
+        "admin, reviewer, reviewer2 and manager, and a reviewer queue of held refunds in every "
+        "state. Idempotent. Refuses to run without DEBUG unless --force is given."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -81,8 +84,15 @@ class Command(BaseCommand):
 
         with transaction.atomic():
             self._seed_orders()
-            self._seed_agent(token)
-            self._seed_users(password)
+            agent = self._seed_agent(token)
+            users = self._seed_users(password)
+        # After the commit: each decision commits on its own, and its execution runs then.
+        demo_queue_seed(
+            agent=agent,
+            reviewer=users["reviewer"],
+            second_reviewer=users["reviewer2"],
+            say=self.stdout.write,
+        )
 
         self._print_instructions(token=token, password=password, base_url=base_url)
 
@@ -109,7 +119,7 @@ class Command(BaseCommand):
                 f"{demo.currency}  {state}"
             )
 
-    def _seed_agent(self, token: str) -> None:
+    def _seed_agent(self, token: str) -> Agent:
         hashed = token_hash(token)
         other = Agent.objects.filter(token_hash=hashed).exclude(name=DEMO_AGENT_NAME).first()
         if other is not None:
@@ -134,8 +144,10 @@ class Command(BaseCommand):
         self.stdout.write(f"Agent {DEMO_AGENT_NAME}: {state}.")
         for line in describe_policy(policy):
             self.stdout.write(f"  {line}")
+        return agent
 
-    def _seed_users(self, password: str) -> None:
+    def _seed_users(self, password: str) -> dict[str, User]:
+        users = {}
         for demo in DEMO_USERS:
             user = User.objects.filter(username=demo.username).first()
             if user is None:
@@ -154,6 +166,9 @@ class Command(BaseCommand):
                 user.save(update_fields=["password", "is_active", "is_staff", "is_superuser"])
             if demo.group is not None:
                 user.groups.add(_group(demo))
+            _set_limits(user, demo.limit_cents)
+            users[demo.username] = user
+        return users
 
     def _print_instructions(self, *, token: str, password: str, base_url: str) -> None:
         body = json.dumps(
@@ -168,10 +183,9 @@ class Command(BaseCommand):
             "",
             self.style.SUCCESS("Demo data is ready. Local use only: all of it is public."),
             "",
-            f"Log in with password {password!r}:",
-            f"  admin     superuser              {base_url}/admin/",
-            f"  reviewer  group 'reviewers'      {base_url}/accounts/login/",
-            f"  manager   group 'managers'       {base_url}/accounts/login/",
+            f"Log in at {base_url}/accounts/login/ with password {password!r}; each user lands on",
+            "their page:",
+            *(f"  {demo.username:<10}{base_url}{demo.start:<14}{demo.role}" for demo in DEMO_USERS),
             f"API docs: {base_url}/api/docs/",
             "",
             f"Demo agent token: {token}",
@@ -191,6 +205,16 @@ def _is_demo_policy(policy: Policy) -> bool:
     return sorted(policy.allowed_tools) == sorted(DEMO_TOOLS) and all(
         getattr(policy, field) == value for field, value in DEFAULT_POLICY.items()
     )
+
+
+def _set_limits(user: User, limit_cents: int | None) -> None:
+    if limit_cents is None:
+        ReviewerLimit.objects.filter(reviewer=user).delete()
+        return
+    for currency in CURRENCIES:
+        ReviewerLimit.objects.update_or_create(
+            reviewer=user, currency=currency, defaults={"max_amount_cents": limit_cents}
+        )
 
 
 def _group(demo: DemoUser) -> Group:

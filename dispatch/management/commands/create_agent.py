@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 
 from dispatch.management.policies import (
     DEFAULT_POLICY,
@@ -19,6 +19,7 @@ from dispatch.management.policies import (
 from dispatch.models import Agent
 from dispatch.registry import tool_registry
 from dispatch.services import UnknownTools, agent_create
+from dispatch.webhooks import WebhookUrlInvalid, agent_webhook_set, webhook_target
 
 
 class Command(BaseCommand):
@@ -88,6 +89,13 @@ class Command(BaseCommand):
             default=DEFAULT_POLICY["confirmation_ttl_seconds"],
             help="how long a held call may be approved, at least 60 (default %(default)s)",
         )
+        parser.add_argument(
+            "--webhook-url",
+            default="",
+            metavar="URL",
+            help="where decisions and results of its confirmations are POSTed, signed with a "
+            "secret printed once (https, a public address; see docs/webhooks.md)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         name = options["name"].strip()
@@ -96,19 +104,32 @@ class Command(BaseCommand):
             raise CommandError(f"The name must be 1 to {longest} characters.")
         if Agent.objects.filter(name=name).exists():
             raise CommandError(f"An agent named {name!r} already exists; choose another name.")
+        webhook_url = options["webhook_url"].strip()
+        if webhook_url:
+            try:
+                webhook_target(webhook_url)
+            except WebhookUrlInvalid as exc:
+                raise CommandError(f"--webhook-url: {exc}") from None
+        secret = None
         try:
-            agent, token = agent_create(
-                name=name,
-                allowed_tools=options["tools"],
-                max_amount_cents=options["max_amount_cents"],
-                auto_approve_below_cents=options["auto_approve_below_cents"],
-                auto_approve_window_seconds=options["auto_approve_window_seconds"],
-                daily_cap_cents=options["daily_cap_cents"],
-                two_reviewers_from_cents=options["two_reviewers_from_cents"],
-                step_budget=options["step_budget"],
-                repeat_limit=options["repeat_limit"],
-                confirmation_ttl_seconds=options["confirmation_ttl_seconds"],
-            )
+            with transaction.atomic():
+                agent, token = agent_create(
+                    name=name,
+                    allowed_tools=options["tools"],
+                    max_amount_cents=options["max_amount_cents"],
+                    auto_approve_below_cents=options["auto_approve_below_cents"],
+                    auto_approve_window_seconds=options["auto_approve_window_seconds"],
+                    daily_cap_cents=options["daily_cap_cents"],
+                    two_reviewers_from_cents=options["two_reviewers_from_cents"],
+                    step_budget=options["step_budget"],
+                    repeat_limit=options["repeat_limit"],
+                    confirmation_ttl_seconds=options["confirmation_ttl_seconds"],
+                )
+                if webhook_url:
+                    secret = agent_webhook_set(agent=agent, url=webhook_url)
+        except WebhookUrlInvalid as exc:
+            # The host resolved elsewhere since it was checked above.
+            raise CommandError(f"--webhook-url: {exc}") from None
         except UnknownTools as exc:
             known = ", ".join(sorted(spec.name for spec in tool_registry))
             raise CommandError(
@@ -130,6 +151,16 @@ class Command(BaseCommand):
                 "Toolgate keeps only its hash."
             )
         )
+        if secret is not None:
+            self.stdout.write("")
+            self.stdout.write(f"Webhook: {agent.webhook_url}")
+            self.stdout.write(f"Webhook secret: {secret}")
+            self.stdout.write(
+                self.style.WARNING(
+                    "The webhook secret is shown once too. Toolgate keeps it (it signs every "
+                    "webhook request with it); the agent host checks the signature with it."
+                )
+            )
         self.stdout.write("")
         for line in describe_policy(agent.current_policy):
             self.stdout.write(line)

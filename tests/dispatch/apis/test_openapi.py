@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 import requests
 import yaml
+from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from jsonschema import Draft202012Validator
 from pytest_django.live_server_helper import LiveServer
 
+from approvals.reviewers import reviewer_token_create
 from tests.conftest import AgentClient
 
 OPERATIONS = {
@@ -20,6 +22,8 @@ OPERATIONS = {
     ("/api/v1/codes", "get"),
     ("/api/v1/sessions/{session_id}/calls", "get"),
     ("/api/v1/confirmations/{confirmation_id}", "get"),
+    ("/api/v1/confirmations/{confirmation_id}/approve", "post"),
+    ("/api/v1/confirmations/{confirmation_id}/reject", "post"),
     ("/api/v1/metrics", "get"),
     ("/api/v1/metrics/what-if", "get"),
 }
@@ -121,3 +125,57 @@ def test_real_answers_match_the_schema(served: dict[str, Any], api: AgentClient)
 
     for path, method, status, body in answers:
         validator(served, path, method, status).validate(body)
+
+
+def test_the_reviewers_decisions_are_described_with_their_authentication(
+    served: dict[str, Any],
+) -> None:
+    approve = served["paths"]["/api/v1/confirmations/{confirmation_id}/approve"]["post"]
+    reject = served["paths"]["/api/v1/confirmations/{confirmation_id}/reject"]["post"]
+
+    schemes = served["components"]["securitySchemes"]
+    assert schemes["ReviewerToken"]["name"] == "Authorization"
+    assert {name for item in approve["security"] for name in item} == {
+        "ReviewerToken",
+        "cookieAuth",
+    }
+    assert {"200", "401", "403", "404", "409"} <= set(approve["responses"])
+    assert "requestBody" not in approve
+    reason = served["components"]["schemas"]["RejectRequest"]
+    assert reason["required"] == ["reason"]
+    assert set(reject["requestBody"]["content"]) == {"application/json"}
+    assert {"200", "400", "401", "403", "404", "409"} <= set(reject["responses"])
+
+
+@pytest.mark.usefixtures("orders")
+def test_the_reviewers_answers_match_the_schema(
+    served: dict[str, Any], api: AgentClient, live_server: LiveServer
+) -> None:
+    reviewer = User.objects.create_user("rita")
+    reviewer.groups.add(Group.objects.create(name="reviewers"))
+    token = reviewer_token_create(user=reviewer)
+    first = api.refund(6000)["data"]["confirmation_id"]
+    second = api.refund(6100)["data"]["confirmation_id"]
+
+    def post(confirmation_id: str, action: str, token: str, **body: Any) -> Any:
+        return requests.post(
+            f"{live_server.url}/api/v1/confirmations/{confirmation_id}/{action}",
+            json=body or None,
+            headers={"Authorization": f"Token {token}"},
+            timeout=30,
+        ).json()
+
+    path = "/api/v1/confirmations/{confirmation_id}/"
+    answers = [
+        (path + "approve", "403", post(first, "approve", api.token or "")),
+        (path + "approve", "404", post("nope", "approve", token)),
+        (path + "approve", "200", post(first, "approve", token)),
+        (path + "approve", "409", post(first, "approve", token)),
+        (path + "reject", "400", post(second, "reject", token)),
+        (path + "reject", "200", post(second, "reject", token, reason="duplicate")),
+    ]
+
+    for operation, status, body in answers:
+        validator(served, operation, "post", status).validate(body)
+    assert answers[2][2]["status"] == "executed"
+    assert answers[5][2]["status"] == "rejected"

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.core.management.base import CommandError
 from django.test import Client
@@ -103,5 +105,37 @@ def test_it_refuses_unknown_tools_and_creates_nothing(run: Run) -> None:
 def test_it_refuses_bad_numbers(run: Run, option: str, value: str) -> None:
     with pytest.raises(CommandError, match=option.removeprefix("--")):
         run("create_agent", "support-bot", "--tools", "get_order", option, value)
+
+    assert not Agent.objects.exists()
+
+
+def test_it_sets_a_webhook_and_prints_its_secret_once(run: Run) -> None:
+    output = run(
+        "create_agent",
+        "hooked-bot",
+        "--tools",
+        "refund_order",
+        "--webhook-url",
+        "https://93.184.215.14/toolgate",
+    )
+
+    agent = Agent.objects.get(name="hooked-bot")
+    match = re.search(r"^Webhook secret: (\S+)$", output, re.M)
+    assert match is not None, output
+    assert agent.webhook_url == "https://93.184.215.14/toolgate"
+    assert agent.webhook_secret == match.group(1)
+    assert "shown once" in output
+
+
+def test_it_refuses_a_private_webhook_url_and_creates_nothing(run: Run) -> None:
+    with pytest.raises(CommandError, match=r"--webhook-url: .*not a public address"):
+        run(
+            "create_agent",
+            "hooked-bot",
+            "--tools",
+            "refund_order",
+            "--webhook-url",
+            "https://169.254.169.254/latest",
+        )
 
     assert not Agent.objects.exists()

@@ -1,0 +1,204 @@
+"""Reviewers decide on the API: approve, or reject with a reason.
+
+A reviewer is a user in the `reviewers` group, signed in in the browser (with its CSRF token) or
+sending their personal token (`Authorization: Token <token>`, from `create_reviewer_token`).
+Agents send tokens the same way: an agent's token is recognised as one, and refused, always:
+nothing an agent can do decides a confirmation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rest_framework import status
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.exceptions import APIException, NotFound
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from approvals.reviewers import is_reviewer, reviewer_authenticate
+from approvals.services import ConfirmationError, ConfirmationNotFound, ReasonRequired
+from approvals.services import confirmation_approve as approve
+from approvals.services import confirmation_reject as reject
+from dispatch.apis import JsonApi
+from dispatch.authentication import AgentTokenAuthentication
+from dispatch.envelopes import ConfirmationDoc, ErrorEnvelope
+from dispatch.models import Agent, Confirmation
+from dispatch.pipeline.messages import describe_validation_error
+from dispatch.selectors import confirmation_state
+
+
+class PersonalTokenAuthentication(AgentTokenAuthentication):
+    """`Token <token>`: an agent's token first, so that it is known (and refused) as an agent's;
+    then a person's."""
+
+    refusal = "Invalid token, or its user or agent is disabled."
+
+    def token_holder(self, token: str) -> Agent | User | None:
+        agent = super().token_holder(token)
+        return agent if agent is not None else reviewer_authenticate(token)
+
+
+class IsReviewer(BasePermission):
+    message = "Only reviewers (members of the 'reviewers' group) decide confirmations."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        if isinstance(request.user, Agent):
+            self.message = "An agent's token never decides a confirmation; a reviewer does."
+            return False
+        return is_reviewer(request.user)
+
+
+class DecisionRefused(APIException):
+    """The decision cannot be made as asked: already decided, or already voted for."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "confirmation_conflict"
+
+
+class DecisionInvalid(APIException):
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_code = "invalid_decision"
+
+
+class RejectRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, title="RejectRequest")
+
+    reason: str = Field(
+        min_length=1,
+        max_length=1000,
+        description="why it is rejected; the agent's model reads it in the result's message",
+    )
+
+
+_ERRORS = {
+    401: OpenApiResponse(ErrorEnvelope, description="no credentials, or an invalid token"),
+    403: OpenApiResponse(
+        ErrorEnvelope,
+        description="not a reviewer, an agent's token, or a session request without CSRF token",
+    ),
+    404: OpenApiResponse(ErrorEnvelope, description="no such confirmation"),
+    409: OpenApiResponse(
+        ErrorEnvelope,
+        description="no longer pending (`already_decided`), or this reviewer approved it "
+        "already (`already_voted`)",
+    ),
+    500: OpenApiResponse(ErrorEnvelope, description="unexpected error; `error_id` is in the log"),
+    503: OpenApiResponse(ErrorEnvelope, description="the database is unavailable; retryable"),
+}
+
+_STATE = OpenApiResponse(
+    ConfirmationDoc,
+    description="the confirmation's state after the decision, as GET "
+    "/api/v1/confirmations/{confirmation_id} answers it",
+)
+
+
+class ReviewerApi(JsonApi):
+    authentication_classes = [PersonalTokenAuthentication, SessionAuthentication]
+    permission_classes = [IsReviewer]
+    parser_classes = [JSONParser]
+
+    def reviewer(self, request: Request) -> User:
+        assert isinstance(request.user, User)
+        return request.user
+
+    @staticmethod
+    def require_confirmation(confirmation_id: str) -> None:
+        if not Confirmation.objects.filter(pk=confirmation_id).exists():
+            raise NotFound("There is no confirmation with that id.")
+
+    @staticmethod
+    def answer(confirmation_id: str) -> Response:
+        # Read again: an execution that ran right after the commit (no broker) has moved it on.
+        return Response(confirmation_state(Confirmation.objects.get(pk=confirmation_id)))
+
+
+def _refused(exc: ConfirmationError) -> APIException:
+    if isinstance(exc, ConfirmationNotFound):
+        return NotFound("There is no confirmation with that id.")
+    if isinstance(exc, ReasonRequired):
+        return DecisionInvalid(exc.message, exc.code)
+    return DecisionRefused(exc.message, exc.code)
+
+
+class ConfirmationApproveApi(ReviewerApi):
+    @extend_schema(
+        operation_id="confirmations_approve",
+        summary="Approve a held call (reviewers only)",
+        description=(
+            "Records this reviewer's approval. Once enough different reviewers approved and one "
+            "of them may approve the amount, the call is checked again against the state of "
+            "now and, if it still passes, executed in the background; if not, it is "
+            "`invalidated`. No body."
+        ),
+        request=None,
+        responses={200: _STATE, **_ERRORS},
+    )
+    def post(self, request: Request, confirmation_id: str) -> Response:
+        self.require_confirmation(confirmation_id)
+        try:
+            approve(confirmation_id=confirmation_id, reviewer=self.reviewer(request))
+        except ConfirmationError as exc:
+            raise _refused(exc) from None
+        return self.answer(confirmation_id)
+
+
+class ConfirmationRejectApi(ReviewerApi):
+    @extend_schema(
+        operation_id="confirmations_reject",
+        summary="Reject a held call with a reason (reviewers only)",
+        description="Nothing executes; the reason reaches the agent's model.",
+        request=RejectRequest,
+        responses={
+            200: _STATE,
+            400: OpenApiResponse(ErrorEnvelope, description="no reason, or a malformed body"),
+            **_ERRORS,
+        },
+    )
+    def post(self, request: Request, confirmation_id: str) -> Response:
+        body = self._body(request)
+        self.require_confirmation(confirmation_id)
+        try:
+            reject(
+                confirmation_id=confirmation_id,
+                reviewer=self.reviewer(request),
+                reason=body.reason,
+            )
+        except ConfirmationError as exc:
+            raise _refused(exc) from None
+        return self.answer(confirmation_id)
+
+    @staticmethod
+    def _body(request: Request) -> RejectRequest:
+        data: Any = request.data
+        if not isinstance(data, dict):
+            raise DecisionInvalid(
+                'The body must be a JSON object: {"reason": "..."}.', "malformed_body"
+            )
+        try:
+            return RejectRequest.model_validate(data, strict=True)
+        except ValidationError as exc:
+            message = describe_validation_error(RejectRequest, exc)
+            raise DecisionInvalid(message, "malformed_body") from None
+
+
+class PersonalTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    target_class = PersonalTokenAuthentication
+    name = "ReviewerToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "`Token <token>`: a reviewer's personal token, printed once by "
+            "`create_reviewer_token`. Agents' tokens are refused here (403).",
+        }

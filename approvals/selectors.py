@@ -1,0 +1,555 @@
+"""What the reviewer pages read: the queue with everything a decision needs, the history, the
+reconciliation list, and whose approval a confirmation still needs.
+
+Nothing here writes: decisions go through approvals.services.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.db.models import Q, QuerySet
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from pydantic import BaseModel, ValidationError
+
+from approvals.models import ConfirmationEvent, EventKind, ReviewerLimit, Vote
+from approvals.money import money
+from dispatch.models import AuditRecord, Confirmation, ConfirmationStatus
+from dispatch.pipeline.tools import ToolSpec
+from dispatch.registry import tool_registry
+
+REVIEWERS_GROUP = "reviewers"
+MANAGERS_GROUP = "managers"
+
+# How many pending items the queue shows at once: each reads its order and its conversation, and
+# the page reloads every few seconds.
+QUEUE_SHOWN = 50
+# How many of the session's earlier calls an item shows (the latest ones).
+EARLIER_CALLS_SHOWN = 10
+# The events that settle a pending confirmation, and so say who decided it.
+DECISION_EVENTS = (
+    EventKind.APPROVED,
+    EventKind.REJECTED,
+    EventKind.EXPIRED,
+    EventKind.INVALIDATED,
+)
+IN_FLIGHT = (ConfirmationStatus.APPROVED, ConfirmationStatus.EXECUTING)
+
+
+def user_in_group(user: AbstractBaseUser | AnonymousUser, group: str) -> bool:
+    if not user.is_authenticated or not user.is_active or not isinstance(user, User):
+        return False
+    return user.groups.filter(name=group).exists()
+
+
+def user_is_reviewer(user: AbstractBaseUser | AnonymousUser) -> bool:
+    return user_in_group(user, REVIEWERS_GROUP)
+
+
+def effective_status(confirmation: Confirmation, now: datetime | None = None) -> str:
+    """Its status as a reviewer must see it: pending past its expiry is expired already, even
+    before the periodic task marks it."""
+    now = now or timezone.now()
+    if confirmation.status == ConfirmationStatus.PENDING and confirmation.expires_at <= now:
+        return ConfirmationStatus.EXPIRED.value
+    return str(confirmation.status)
+
+
+def pending_queryset(now: datetime | None = None) -> QuerySet[Confirmation]:
+    return Confirmation.objects.filter(
+        status=ConfirmationStatus.PENDING, expires_at__gt=now or timezone.now()
+    )
+
+
+def pending_count() -> int:
+    return pending_queryset().count()
+
+
+def unknown_count() -> int:
+    return Confirmation.objects.filter(status=ConfirmationStatus.UNKNOWN).count()
+
+
+# What a reviewer is asked about ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Voter:
+    username: str
+    at: datetime
+    # Their approval limit covers the amount (no limit in the currency covers any amount).
+    covers: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalNeeds:
+    """How far the approvals of a confirmation are, and what it still needs to execute."""
+
+    required: int
+    voters: tuple[Voter, ...]
+    # More different reviewers to approve.
+    missing: int
+    # No reviewer who approved so far may approve the amount alone.
+    needs_limit: bool
+    # Reviewers who have not approved and whose limit covers the amount.
+    covering: tuple[str, ...]
+    # What the reader's own approval would do: "decides", "votes", or "voted" (already did).
+    yours: str
+    amount: str
+    # The reader's limit covers the amount.
+    reader_covers: bool = True
+    # Some reviewer's limit does not cover the amount: who approves matters, not only how many.
+    limits_matter: bool = False
+
+    @property
+    def still_needed(self) -> str:
+        needs_limit = self.needs_limit and self.limits_matter
+        if not self.missing and not needs_limit:
+            return ""
+        if self.missing > 1:
+            needed = f"approvals from {self.missing} different reviewers"
+        elif self.missing:
+            needed = "another reviewer's approval" if self.voters else "one approval"
+        else:
+            needed = "one more approval"
+        if not needs_limit:
+            return f"Needs {needed}"
+        who = f" ({_one_of(self.covering)})" if self.covering else ""
+        if self.missing > 1:
+            return f"Needs {needed}, one of whom has a limit that covers {self.amount}{who}"
+        return f"Needs {needed}, from a reviewer whose limit covers {self.amount}{who}"
+
+    @property
+    def your_note(self) -> str:
+        """Why the reader's approval would be a vote rather than the decision."""
+        if self.yours != "votes":
+            return ""
+        if self.missing > 1:
+            return (
+                f"{self.required} different reviewers must approve: yours is one of them, and "
+                "another reviewer's approval executes it."
+            )
+        if not self.reader_covers:
+            return (
+                f"{self.amount} is above your approval limit: yours counts as a vote, and a "
+                "reviewer whose limit covers it must approve too."
+            )
+        return "Your approval counts as a vote."
+
+
+@dataclass(frozen=True, slots=True)
+class HoldExplanation:
+    """Why the policy held the call, in the reviewer's terms (amounts formatted)."""
+
+    kind: str
+    summary: str
+    # Earlier movements the policy counted: (amount, subject, when, how it was approved).
+    earlier: tuple[tuple[str, str, datetime | None, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Detail:
+    label: str
+    value: str
+
+
+@dataclass(slots=True)
+class ReviewItem:
+    confirmation: Confirmation
+    status: str
+    tool_label: str
+    amount_cents: int | None
+    currency: str
+    amount: str
+    subject: str
+    # Arguments other than the amount, the currency and the subject (a refund's reason).
+    other_arguments: tuple[Detail, ...]
+    # The tool's view of the live state (for a refund, the order), or None if it is gone.
+    live: Mapping[str, Any] | None
+    live_amounts: tuple[Detail, ...]
+    approvals: ApprovalNeeds
+    hold: HoldExplanation | None
+    earlier_calls: Sequence[AuditRecord]
+    expiring_soon: bool = False
+    stuck: bool = False
+    events: Sequence[ConfirmationEvent] = field(default_factory=tuple)
+
+    @property
+    def id(self) -> str:
+        return self.confirmation.id
+
+    @property
+    def title(self) -> str:
+        return " ".join(part for part in (self.amount, self.subject) if part)
+
+    @property
+    def earlier_rejected(self) -> int:
+        return sum(1 for record in self.earlier_calls if not record.ok)
+
+    @property
+    def timeline(self) -> list[ConfirmationEvent]:
+        """The events as a reader follows them: the vote that made the decision is the
+        approval itself, so it is shown once."""
+        events = list(self.events)
+        shown = []
+        for index, event in enumerate(events):
+            after = events[index + 1] if index + 1 < len(events) else None
+            decided_by_it = (
+                event.kind == EventKind.VOTED
+                and after is not None
+                and after.kind in (EventKind.APPROVED, EventKind.INVALIDATED)
+                and after.actor_id == event.actor_id
+            )
+            if not decided_by_it:
+                shown.append(event)
+        return shown
+
+
+def review_items(
+    confirmations: Iterable[Confirmation],
+    *,
+    reader: User | None,
+    with_events: bool = False,
+    now: datetime | None = None,
+) -> list[ReviewItem]:
+    """Everything a reviewer sees of each confirmation, read in a few queries."""
+    now = now or timezone.now()
+    confirmations = list(confirmations)
+    ids = [confirmation.id for confirmation in confirmations]
+    votes: dict[str, list[Vote]] = {}
+    for vote in Vote.objects.filter(confirmation_id__in=ids).select_related("reviewer"):
+        votes.setdefault(vote.confirmation_id, []).append(vote)
+    limits = {
+        (limit.reviewer_id, limit.currency): limit.max_amount_cents
+        for limit in ReviewerLimit.objects.all()
+    }
+    reviewers = list(
+        User.objects.filter(groups__name=REVIEWERS_GROUP, is_active=True)
+        .order_by("username")
+        .values_list("pk", "username")
+    )
+    events: dict[str, list[ConfirmationEvent]] = {}
+    if with_events:
+        for event in ConfirmationEvent.objects.filter(confirmation_id__in=ids).order_by("at", "id"):
+            events.setdefault(event.confirmation_id, []).append(event)
+    soon = now + timedelta(minutes=settings.TOOLGATE_EXPIRING_SOON_MINUTES)
+    stuck_before = now - timedelta(minutes=settings.TOOLGATE_STUCK_AFTER_MINUTES)
+
+    items = []
+    for confirmation in confirmations:
+        spec = tool_registry.get(confirmation.tool)
+        arguments = _validated(spec, confirmation.arguments)
+        currency = spec.currency_of(arguments) if spec and arguments else ""
+        amount_cents = confirmation.amount_cents
+        amount = money(amount_cents, currency) if amount_cents is not None and currency else ""
+        live = _live_state(spec, arguments, confirmation.customer_id)
+        status = effective_status(confirmation, now)
+        items.append(
+            ReviewItem(
+                confirmation=confirmation,
+                status=status,
+                tool_label=(spec.label if spec and spec.label else confirmation.tool),
+                amount_cents=amount_cents,
+                currency=currency,
+                amount=amount,
+                subject=spec.subject_of(arguments) if spec and arguments else "",
+                other_arguments=_other_arguments(spec, confirmation.arguments),
+                live=live,
+                live_amounts=_live_amounts(live),
+                approvals=_approval_needs(
+                    confirmation,
+                    votes.get(confirmation.id, []),
+                    limits=limits,
+                    reviewers=reviewers,
+                    currency=currency,
+                    amount=amount,
+                    reader=reader,
+                ),
+                hold=hold_explanation(confirmation.hold_reason, currency),
+                earlier_calls=earlier_calls(confirmation),
+                expiring_soon=status == ConfirmationStatus.PENDING
+                and confirmation.expires_at <= soon,
+                stuck=_is_stuck(confirmation, stuck_before),
+                events=events.get(confirmation.id, ()),
+            )
+        )
+    return items
+
+
+def queue_items(
+    *, reader: User, limit: int = QUEUE_SHOWN, now: datetime | None = None
+) -> list[ReviewItem]:
+    """Pending confirmations, the soonest to expire first (the first `limit` of them)."""
+    now = now or timezone.now()
+    pending = pending_queryset(now).select_related("agent").order_by("expires_at", "created_at")
+    return review_items(pending[:limit], reader=reader, now=now)
+
+
+def in_flight_items(*, reader: User, now: datetime | None = None) -> list[ReviewItem]:
+    """Approved confirmations not executed yet: the ones stuck past a few minutes stand out."""
+    in_flight = (
+        Confirmation.objects.filter(status__in=IN_FLIGHT)
+        .select_related("agent")
+        .order_by("decided_at", "created_at")
+    )
+    return review_items(in_flight, reader=reader, now=now)
+
+
+def confirmation_item(*, confirmation_id: str, reader: User) -> ReviewItem | None:
+    confirmation = Confirmation.objects.filter(pk=confirmation_id).select_related("agent").first()
+    if confirmation is None:
+        return None
+    return review_items([confirmation], reader=reader, with_events=True)[0]
+
+
+def reconciliation_items(*, reader: User) -> list[ReviewItem]:
+    unknown = (
+        Confirmation.objects.filter(status=ConfirmationStatus.UNKNOWN)
+        .select_related("agent")
+        .order_by("finished_at", "created_at")
+    )
+    return review_items(unknown, reader=reader, with_events=True)
+
+
+def earlier_calls(confirmation: Confirmation) -> list[AuditRecord]:
+    """What the model tried in the same session before the held call, the latest few."""
+    latest = (
+        AuditRecord.objects.filter(
+            agent_id=confirmation.agent_id,
+            session_id=confirmation.session_id,
+            at__lt=confirmation.created_at,
+        )
+        .exclude(confirmation_id=confirmation.id)
+        .order_by("-at", "-id")[:EARLIER_CALLS_SHOWN]
+    )
+    return list(reversed(latest))
+
+
+@dataclass(frozen=True, slots=True)
+class DecidedElsewhere:
+    confirmation_id: str
+    title: str
+    status: str
+    actor: str
+
+
+def decided_elsewhere(
+    shown_ids: Iterable[str], *, reader: User, now: datetime | None = None
+) -> list[DecidedElsewhere]:
+    """Of the items a reader had on screen, those no longer pending, and who settled them."""
+    now = now or timezone.now()
+    ids = [confirmation_id for confirmation_id in dict.fromkeys(shown_ids) if confirmation_id]
+    if not ids:
+        return []
+    gone = Confirmation.objects.filter(pk__in=ids[:200]).exclude(
+        status=ConfirmationStatus.PENDING, expires_at__gt=now
+    )
+    notices = []
+    for item in review_items(gone, reader=reader, with_events=True, now=now):
+        decision = next(
+            (event for event in reversed(item.events) if event.kind in DECISION_EVENTS), None
+        )
+        if decision is None or decision.actor_id is None:
+            actor = "" if decision is None else decision.actor_label
+        else:
+            actor = "you" if decision.actor_id == reader.pk else decision.actor_label
+        notices.append(DecidedElsewhere(item.id, item.title, item.status, actor))
+    return notices
+
+
+# History ----------------------------------------------------------------------------------
+
+
+def history_queryset(now: datetime | None = None) -> QuerySet[Confirmation]:
+    """Every confirmation no longer waiting for a reviewer, latest first; `closed_at` is when it
+    was decided, or when it expired."""
+    now = now or timezone.now()
+    return (
+        Confirmation.objects.filter(
+            ~Q(status=ConfirmationStatus.PENDING)
+            | Q(status=ConfirmationStatus.PENDING, expires_at__lte=now)
+        )
+        .annotate(closed_at=Coalesce("decided_at", "expires_at"))
+        .select_related("agent")
+        .order_by("-closed_at", "-created_at")
+    )
+
+
+def deciders(events: Iterable[ConfirmationEvent]) -> list[str]:
+    """The reviewers who approved, voted, rejected or reconciled, in order, each once."""
+    acting = {EventKind.VOTED, EventKind.APPROVED, EventKind.REJECTED, EventKind.RECONCILED}
+    return list(
+        dict.fromkeys(
+            event.actor_label for event in events if event.kind in acting and event.actor_id
+        )
+    )
+
+
+# Pieces ----------------------------------------------------------------------------------
+
+
+def _validated(spec: ToolSpec[Any] | None, arguments: Mapping[str, Any]) -> BaseModel | None:
+    if spec is None:
+        return None
+    try:
+        validated: BaseModel = spec.arguments.model_validate(arguments)
+    except ValidationError:
+        # Stored under an older declaration of the tool: the page shows the raw arguments.
+        return None
+    return validated
+
+
+def _live_state(
+    spec: ToolSpec[Any] | None, arguments: BaseModel | None, customer_id: str
+) -> Mapping[str, Any] | None:
+    if spec is None or arguments is None or spec.review_context is None:
+        return None
+    return spec.review_context(arguments, customer_id)
+
+
+def _live_amounts(live: Mapping[str, Any] | None) -> tuple[Detail, ...]:
+    if live is None or not isinstance(live.get("currency"), str):
+        return ()
+    currency = live["currency"]
+    rows = (
+        ("Order total", "total_cents"),
+        ("Already refunded", "refunded_cents"),
+        ("Still refundable", "refundable_cents"),
+    )
+    return tuple(
+        Detail(label, money(int(live[key]), currency))
+        for label, key in rows
+        if isinstance(live.get(key), int)
+    )
+
+
+def _other_arguments(
+    spec: ToolSpec[Any] | None, arguments: Mapping[str, Any]
+) -> tuple[Detail, ...]:
+    shown = {spec.amount_field, spec.currency_field, spec.subject_field} if spec else set()
+    return tuple(
+        Detail(name.replace("_", " "), str(value).replace("_", " "))
+        for name, value in arguments.items()
+        if name not in shown
+    )
+
+
+def _approval_needs(
+    confirmation: Confirmation,
+    votes: Sequence[Vote],
+    *,
+    limits: Mapping[tuple[int, str], int],
+    reviewers: Sequence[tuple[int, str]],
+    currency: str,
+    amount: str,
+    reader: User | None,
+) -> ApprovalNeeds:
+    amount_cents = confirmation.amount_cents or 0
+
+    def covers(user_id: int) -> bool:
+        limit = limits.get((user_id, currency))
+        return limit is None or limit >= amount_cents
+
+    voter_ids = {vote.reviewer_id for vote in votes}
+    voters = tuple(
+        Voter(vote.reviewer.get_username(), vote.at, covers(vote.reviewer_id)) for vote in votes
+    )
+    required = confirmation.reviewers_required
+    if reader is None or reader.pk in voter_ids:
+        yours = "voted" if reader is not None else ""
+    else:
+        after = voter_ids | {reader.pk}
+        decides = len(after) >= required and any(covers(user_id) for user_id in after)
+        yours = "decides" if decides else "votes"
+    return ApprovalNeeds(
+        required=required,
+        voters=voters,
+        missing=max(0, required - len(voter_ids)),
+        needs_limit=not any(voter.covers for voter in voters),
+        covering=tuple(name for pk, name in reviewers if pk not in voter_ids and covers(pk)),
+        yours=yours,
+        amount=amount,
+        reader_covers=reader is None or covers(reader.pk),
+        limits_matter=any(not covers(pk) for pk, _ in reviewers),
+    )
+
+
+def hold_explanation(reason: Mapping[str, Any] | None, currency: str) -> HoldExplanation | None:
+    """The policy's reason in a reviewer's words; an unknown kind keeps the policy's message."""
+    if not isinstance(reason, Mapping):
+        return None
+    kind = str(reason.get("kind", ""))
+    data = reason.get("data") if isinstance(reason.get("data"), Mapping) else {}
+    assert isinstance(data, Mapping)
+
+    def amount(key: str) -> str:
+        value = data.get(key)
+        return money(value, currency) if isinstance(value, int) and currency else str(value)
+
+    earlier = tuple(
+        (
+            money(movement["amount_cents"], currency) if currency else "",
+            str(movement.get("subject", "")),
+            _parsed_time(movement.get("at")),
+            "by a reviewer" if movement.get("approval") == "reviewer" else "without a human",
+        )
+        for movement in data.get("earlier", ())
+        if isinstance(movement, Mapping) and isinstance(movement.get("amount_cents"), int)
+    )
+    if kind == "amount":
+        summary = (
+            f"{amount('amount_cents')} is not below {amount('auto_approve_below_cents')}, "
+            "the most this agent may refund without a human."
+        )
+    elif kind == "window_sum":
+        summary = (
+            f"With what was already refunded to this customer without a human recently "
+            f"({amount('earlier_cents')}), the sum is {amount('sum_cents')}: not below "
+            f"{amount('auto_approve_below_cents')}."
+        )
+    elif kind == "agent_daily_cap":
+        summary = (
+            f"The agent already moved {amount('agent_day_cents')} without a human today (UTC); "
+            f"this would pass its daily cap of {amount('daily_cap_cents')}."
+        )
+    elif kind == "possible_duplicate":
+        summary = (
+            "It repeats a refund of the same amount on the same order, executed in another "
+            "conversation: a possible duplicate."
+        )
+    else:
+        summary = str(reason.get("message", ""))
+    return HoldExplanation(kind=kind, summary=summary, earlier=earlier)
+
+
+def _parsed_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def _is_stuck(confirmation: Confirmation, before: datetime) -> bool:
+    if confirmation.status == ConfirmationStatus.EXECUTING:
+        since = confirmation.executing_since or confirmation.decided_at
+    elif confirmation.status == ConfirmationStatus.APPROVED:
+        since = confirmation.decided_at
+    else:
+        return False
+    return since is not None and since < before
+
+
+def _one_of(names: Sequence[str]) -> str:
+    shown = list(names[:4])
+    if len(names) > 4:
+        shown.append(f"{len(names) - 4} more")
+    if len(shown) == 1:
+        return shown[0]
+    return ", ".join(shown[:-1]) + " or " + shown[-1]

@@ -1,0 +1,230 @@
+"""The reviewer's pages: the queue, one confirmation, the history and the reconciliation list.
+
+Reads come from approvals.selectors; every decision goes through approvals.services, whose
+refusals (someone else decided first, the item expired) are shown as messages, never as errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+from django_tables2 import RequestConfig
+
+from approvals import selectors, services
+from approvals.filters import HistoryFilter
+from approvals.forms import RejectForm
+from approvals.tables import HistoryTable
+from dispatch.models import Confirmation, ConfirmationStatus
+
+HISTORY_PAGE_SIZE = 25
+
+View = Callable[..., HttpResponse]
+
+
+def reviewer_required(view: View) -> View:
+    """Anonymous users go to the login; signed-in users outside the reviewers group get a 403."""
+
+    @login_required
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not selectors.user_is_reviewer(request.user):
+            raise PermissionDenied(
+                "These pages are for reviewers. An administrator can add you to the "
+                f"'{selectors.REVIEWERS_GROUP}' group."
+            )
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _reader(request: HttpRequest) -> User:
+    assert isinstance(request.user, User)
+    return request.user
+
+
+@require_GET
+@reviewer_required
+def queue(request: HttpRequest) -> HttpResponse:
+    reader = _reader(request)
+    items = selectors.queue_items(reader=reader, limit=selectors.QUEUE_SHOWN)
+    context = {
+        "items": items,
+        "pending_total": selectors.pending_count(),
+        "in_flight": selectors.in_flight_items(reader=reader),
+        "unknown_count": selectors.unknown_count(),
+        "refresh_seconds": settings.TOOLGATE_QUEUE_REFRESH_SECONDS,
+        "next": reverse("approvals:queue"),
+        "stuck_after_minutes": settings.TOOLGATE_STUCK_AFTER_MINUTES,
+    }
+    if getattr(request, "htmx", False):
+        # The page's own refresh: the items again, and a word about each one it showed that
+        # someone else (or the expiry) settled meanwhile.
+        still_pending = {item.id for item in items}
+        shown = [cid for cid in request.GET.getlist("shown") if cid not in still_pending]
+        context["decided_elsewhere"] = selectors.decided_elsewhere(shown, reader=reader)
+        return render(request, "approvals/_queue.html", context)
+    return render(request, "approvals/queue.html", context)
+
+
+@require_GET
+@reviewer_required
+def detail(request: HttpRequest, confirmation_id: str) -> HttpResponse:
+    item = selectors.confirmation_item(confirmation_id=confirmation_id, reader=_reader(request))
+    if item is None:
+        raise Http404("No such confirmation.")
+    return render(
+        request,
+        "approvals/detail.html",
+        {"item": item, "next": reverse("approvals:detail", args=[item.id])},
+    )
+
+
+@require_POST
+@reviewer_required
+def approve(request: HttpRequest, confirmation_id: str) -> HttpResponse:
+    _existing(confirmation_id)
+    try:
+        confirmation = services.confirmation_approve(
+            confirmation_id=confirmation_id, reviewer=_reader(request)
+        )
+    except services.ConfirmationError as exc:
+        messages.error(request, exc.message)
+    else:
+        _tell_outcome(request, confirmation)
+    return _back(request, confirmation_id)
+
+
+@require_POST
+@reviewer_required
+def reject(request: HttpRequest, confirmation_id: str) -> HttpResponse:
+    _existing(confirmation_id)
+    form = RejectForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.as_data().values():
+            for error in errors:
+                for message in error.messages:
+                    messages.error(request, message)
+        return _back(request, confirmation_id)
+    try:
+        confirmation = services.confirmation_reject(
+            confirmation_id=confirmation_id,
+            reviewer=_reader(request),
+            reason=form.cleaned_data["reason"],
+        )
+    except services.ConfirmationError as exc:
+        messages.error(request, exc.message)
+    else:
+        _tell_outcome(request, confirmation)
+    return _back(request, confirmation_id)
+
+
+@require_POST
+@reviewer_required
+def reconcile(request: HttpRequest, confirmation_id: str) -> HttpResponse:
+    _existing(confirmation_id)
+    try:
+        confirmation = services.confirmation_reconcile(
+            confirmation_id=confirmation_id, reviewer=_reader(request)
+        )
+    except services.ConfirmationError as exc:
+        messages.error(request, exc.message)
+    else:
+        _tell_outcome(request, confirmation)
+    return _back(request, confirmation_id, default=reverse("approvals:reconciliation"))
+
+
+@require_GET
+@reviewer_required
+def history(request: HttpRequest) -> HttpResponse:
+    filters = HistoryFilter(request.GET, queryset=selectors.history_queryset())
+    table = HistoryTable(filters.qs)
+    RequestConfig(request, paginate={"per_page": HISTORY_PAGE_SIZE}).configure(table)
+    return render(
+        request,
+        "approvals/history.html",
+        {
+            "filter": filters,
+            "table": table,
+            "filtered": filters.is_bound and any(request.GET.values()),
+        },
+    )
+
+
+@require_GET
+@reviewer_required
+def reconciliation(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "approvals/reconciliation.html",
+        {
+            "items": selectors.reconciliation_items(reader=_reader(request)),
+            "next": reverse("approvals:reconciliation"),
+        },
+    )
+
+
+def _existing(confirmation_id: str) -> None:
+    if not Confirmation.objects.filter(pk=confirmation_id).exists():
+        raise Http404("No such confirmation.")
+
+
+def _back(request: HttpRequest, confirmation_id: str, *, default: str = "") -> HttpResponse:
+    """Back to the page the form was on (a local path only), after the POST (303: a reload
+    does not submit it again)."""
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ) or not target.startswith("/"):
+        target = default or reverse("approvals:queue")
+    response = HttpResponseRedirect(target)
+    response.status_code = 303
+    return response
+
+
+def _tell_outcome(request: HttpRequest, confirmation: Confirmation) -> None:
+    """Say where the confirmation stands after the reviewer's action."""
+    item = selectors.confirmation_item(confirmation_id=confirmation.pk, reader=_reader(request))
+    assert item is not None
+    what = f"{item.tool_label} {item.title}".strip()
+    status = item.status
+    result = confirmation.result if isinstance(confirmation.result, dict) else {}
+    if status == ConfirmationStatus.PENDING:
+        messages.info(
+            request,
+            f"Your approval of {what} is recorded. {item.approvals.still_needed}.",
+        )
+    elif status in (ConfirmationStatus.APPROVED, ConfirmationStatus.EXECUTING):
+        messages.success(request, f"Approved: {what} is being executed.")
+    elif status == ConfirmationStatus.EXECUTED:
+        messages.success(request, f"Executed: {what}.")
+    elif status == ConfirmationStatus.REJECTED:
+        messages.success(request, f"Rejected: {what}. The agent is told your reason.")
+    elif status == ConfirmationStatus.INVALIDATED:
+        messages.warning(
+            request,
+            f"Not executed: {what} no longer passes its checks. {confirmation.decision_reason}",
+        )
+    elif status == ConfirmationStatus.FAILED:
+        messages.error(
+            request, f"The execution of {what} failed; nothing moved. {result.get('message', '')}"
+        )
+    elif status == ConfirmationStatus.UNKNOWN:
+        messages.warning(
+            request,
+            f"The outcome of {what} is unknown: settle it in Reconciliation before anything "
+            "else is done about it.",
+        )
+    else:
+        messages.info(request, f"{what} is {status}.")

@@ -1,0 +1,149 @@
+// Toolgate's few lines of JavaScript. Every page works without them; they add the reader's time
+// zone and, on the reviewer queue, keyboard shortcuts and a refresh that never loses one's place.
+(function () {
+  "use strict";
+
+  // The server shows times in the zone the browser reports (toolgate/timezones.py).
+  try {
+    var zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    // Zone names (America/Sao_Paulo, Etc/GMT+3) need no escaping in a cookie.
+    if (zone && /^[A-Za-z0-9_\/+-]+$/.test(zone) && document.cookie.indexOf("tz=" + zone) === -1) {
+      document.cookie = "tz=" + zone + "; path=/; max-age=31536000; SameSite=Lax";
+    }
+  } catch (e) {
+    // An old browser without Intl: the pages stay in UTC and say so.
+  }
+
+  function items() {
+    return Array.prototype.slice.call(document.querySelectorAll("#queue .item"));
+  }
+
+  function selected() {
+    return document.querySelector("#queue .item.selected");
+  }
+
+  function select(item) {
+    items().forEach(function (other) {
+      other.classList.toggle("selected", other === item);
+      other.setAttribute("aria-current", other === item ? "true" : "false");
+    });
+    if (item) {
+      item.focus({ preventScroll: true });
+      item.scrollIntoView({ block: "nearest" });
+    }
+  }
+
+  function move(step) {
+    var all = items();
+    if (!all.length) return;
+    var index = all.indexOf(selected());
+    var next = index === -1 ? (step > 0 ? 0 : all.length - 1) : index + step;
+    select(all[Math.max(0, Math.min(all.length - 1, next))]);
+  }
+
+  function openReject(item) {
+    var details = item.querySelector("details.reject");
+    if (!details) return;
+    details.open = true;
+    var reason = details.querySelector("textarea");
+    if (reason) reason.focus();
+  }
+
+  function typing(target) {
+    return (
+      target &&
+      (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName))
+    );
+  }
+
+  function toggleHelp() {
+    var help = document.getElementById("keys-help");
+    if (!help) return;
+    if (help.open) help.close();
+    else help.showModal();
+  }
+
+  // Whether the queue may reload now: never while the reader is writing a reason or reading help.
+  window.toolgateQueueMayRefresh = function () {
+    var help = document.getElementById("keys-help");
+    if (help && help.open) return false;
+    if (document.querySelector("#queue details.reject[open]")) return false;
+    return !typing(document.activeElement);
+  };
+
+  document.addEventListener("keydown", function (event) {
+    if (!document.getElementById("queue")) return;
+    if (event.target && event.target.tagName === "TEXTAREA" && event.key === "Enter" &&
+        !event.shiftKey) {
+      // A reason is a line or two: Enter sends it, Shift+Enter starts a new line.
+      var form = event.target.form;
+      if (form && event.target.value.trim()) {
+        event.preventDefault();
+        form.requestSubmit();
+      }
+      return;
+    }
+    if (event.key === "Escape") {
+      var open = document.querySelector("#queue details.reject[open]");
+      if (open) {
+        open.open = false;
+        var owner = open.closest(".item");
+        if (owner) select(owner);
+      }
+      return;
+    }
+    if (typing(event.target) || event.ctrlKey || event.metaKey || event.altKey) return;
+    var item = selected();
+    switch (event.key) {
+      case "j":
+        move(1);
+        break;
+      case "k":
+        move(-1);
+        break;
+      case "a":
+        if (!item) return;
+        var approve = item.querySelector("form.approve button");
+        if (approve) approve.click();
+        break;
+      case "r":
+        if (!item) return;
+        openReject(item);
+        break;
+      case "o":
+      case "Enter":
+        if (!item || event.target !== item) return;
+        var link = item.querySelector("a.detail-link");
+        if (link) link.click();
+        break;
+      case "?":
+        toggleHelp();
+        break;
+      default:
+        return;
+    }
+    event.preventDefault();
+  });
+
+  document.addEventListener("click", function (event) {
+    var item = event.target.closest && event.target.closest("#queue .item");
+    if (item && !item.classList.contains("selected")) select(item);
+  });
+
+  // After the queue reloads, the same item stays selected if it is still there.
+  var keep = null;
+  document.addEventListener("htmx:beforeSwap", function () {
+    var item = selected();
+    keep = item ? item.id : null;
+  });
+  document.addEventListener("htmx:afterSwap", function () {
+    if (!keep) return;
+    var again = document.getElementById(keep);
+    if (again) {
+      again.classList.add("selected");
+      again.setAttribute("aria-current", "true");
+      if (document.activeElement === document.body) again.focus({ preventScroll: true });
+    }
+    keep = null;
+  });
+})();

@@ -1,0 +1,292 @@
+"""A real Celery worker process (`celery -A toolgate worker`) on Redis, against this test's
+PostgreSQL database: it executes an approved refund once, and still exactly once when it is killed
+with SIGKILL mid-way and started again; it retries a webhook with backoff.
+
+The test sends its tasks to Redis for real (not in-process), on the database TOOLGATE_TEST_REDIS_URL
+names. Redis gives a task that was never acknowledged to another worker once its visibility
+timeout has passed: a few seconds here, an hour by default (CELERY_VISIBILITY_TIMEOUT_SECONDS).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+import pytest
+import redis
+from django.contrib.auth.models import User
+from django.db import connection, transaction
+from django.test import Client
+from pytest_django.fixtures import Settings
+
+from approvals.models import ConfirmationEvent, WebhookDelivery, WebhookDeliveryStatus
+from approvals.services import confirmation_approve
+from approvals.webhooks import webhook_enqueue
+from dispatch.models import Agent, Confirmation, ConfirmationStatus
+from dispatch.services import agent_token_set
+from dispatch.webhooks import agent_webhook_set
+from orders.models import Order, Refund
+from tests.approvals.conftest import HeldRefund, WebhookReceiver
+from tests.conftest import require_service
+from toolgate.celery import app as celery_app
+
+ROOT = Path(__file__).resolve().parents[2]
+QUEUE = "celery"
+VISIBILITY_TIMEOUT_SECONDS = 2
+FINAL = {ConfirmationStatus.EXECUTED, ConfirmationStatus.FAILED, ConfirmationStatus.UNKNOWN}
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@dataclass
+class Worker:
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+
+StartWorker = Callable[[], Worker]
+
+
+def database_url() -> str:
+    """The test database, which the worker process must use too."""
+    require_service(
+        connection.vendor == "postgresql",
+        "needs PostgreSQL: a worker process sees the test's rows only in a database server "
+        "(run the suite with DATABASE_URL=postgres://...)",
+    )
+    config = connection.settings_dict
+    credentials = quote(str(config["USER"] or ""))
+    if config["PASSWORD"]:
+        credentials += ":" + quote(str(config["PASSWORD"]))
+    host = config["HOST"] or "127.0.0.1"
+    return f"postgres://{credentials}@{host}:{config['PORT'] or 5432}/{quote(config['NAME'])}"
+
+
+@pytest.fixture
+def broker(redis_url: str) -> Iterator[str]:
+    """Tasks this process enqueues go to Redis for the test, not in-process; an empty queue."""
+    with redis.Redis.from_url(redis_url) as client:
+        # What an earlier run that was cut short left behind.
+        client.delete(QUEUE, "unacked", "unacked_index")
+    saved = {key: celery_app.conf[key] for key in ("broker_url", "task_always_eager")}
+    celery_app.close()
+    celery_app.conf.update(broker_url=redis_url, task_always_eager=False)
+    yield redis_url
+    celery_app.close()
+    celery_app.conf.update(saved)
+
+
+@pytest.fixture
+def start_worker(broker: str, transactional_db: None, tmp_path: Path) -> Iterator[StartWorker]:
+    """Starts `celery -A toolgate worker`, one process (the solo pool), on the test's database
+    and broker; returns once it is ready. Every worker it started is killed at the end."""
+    url = database_url()
+    workers: list[Worker] = []
+
+    def start() -> Worker:
+        log = tmp_path / f"worker-{len(workers)}.log"
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "toolgate.settings.local",
+            # Plain http to the test's webhook receiver on 127.0.0.1.
+            "DEBUG": "true",
+            "TOOLGATE_WEBHOOK_ALLOW_PRIVATE": "true",
+            "TOOLGATE_WEBHOOK_RETRY_BASE_SECONDS": "0.2",
+            "DATABASE_URL": url,
+            "CELERY_BROKER_URL": broker,
+            "CELERY_VISIBILITY_TIMEOUT_SECONDS": str(VISIBILITY_TIMEOUT_SECONDS),
+        }
+        command = [
+            *(sys.executable, "-m", "celery", "-A", "toolgate", "worker"),
+            *("--pool", "solo", "-Q", QUEUE, "--loglevel", "INFO"),
+            *("--hostname", f"test-{uuid.uuid4().hex[:8]}@%h"),
+            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+        ]
+        with log.open("wb") as sink:
+            process = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        worker = Worker(process, log)
+        workers.append(worker)
+        deadline = time.monotonic() + 60
+        while " ready." not in log.read_text(errors="replace"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the worker did not start:\n{worker.output()}")
+            time.sleep(0.1)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.kill()
+
+
+def wait_until(condition: Callable[[], Any], what: str, timeout: float = 45.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def status_of(confirmation: Confirmation) -> str:
+    return str(Confirmation.objects.values_list("status", flat=True).get(pk=confirmation.pk))
+
+
+def agent_reads(agent: Agent, confirmation: Confirmation) -> dict[str, Any]:
+    """GET /api/v1/confirmations/{id}, as the agent host asks it."""
+    token = f"tg_worker_test_{uuid.uuid4().hex}"
+    agent_token_set(agent=agent, token=token)
+    response = Client().get(
+        f"/api/v1/confirmations/{confirmation.pk}", headers={"Authorization": f"Token {token}"}
+    )
+    assert response.status_code == 200, response.content
+    state: dict[str, Any] = response.json()
+    return state
+
+
+def waiting_on_a_lock() -> bool:
+    """Whether a connection to this database (the worker's) waits for a row lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def test_the_worker_executes_an_approved_refund_and_the_agent_reads_the_result(
+    start_worker: StartWorker,
+    held_refund: HeldRefund,
+    reviewers: list[User],
+    holding_agent: Agent,
+    order: Order,
+) -> None:
+    start_worker()
+    held = held_refund(6_000)
+
+    confirmation_approve(confirmation_id=held.pk, reviewer=reviewers[0])
+    wait_until(lambda: status_of(held) in FINAL, "the worker to execute the refund")
+
+    state = agent_reads(holding_agent, held)
+    assert state["status"] == ConfirmationStatus.EXECUTED
+    assert state["result"]["ok"] is True
+    assert state["result"]["code"] == "OK"
+    assert state["result"]["model_text"]
+    assert list(Refund.objects.filter(order=order).values_list("amount_cents", flat=True)) == [
+        6_000
+    ]
+
+
+@pytest.mark.parametrize(
+    ("killed", "rows_after_kill"),
+    [("while the refund waits for the order", 0), ("after the refund, before its record", 1)],
+)
+def test_a_worker_killed_mid_execution_and_started_again_refunds_exactly_once(
+    start_worker: StartWorker,
+    held_refund: HeldRefund,
+    reviewers: list[User],
+    holding_agent: Agent,
+    order: Order,
+    killed: str,
+    rows_after_kill: int,
+) -> None:
+    first = start_worker()
+    held = held_refund(6_000)
+    url = database_url()
+
+    # Row locks that this test takes hold the worker up where it is to be killed: at the refund
+    # (the system of record is slow), or between the refund and the confirmation's record of it
+    # (the money moved; the confirmation does not say so yet).
+    with psycopg.connect(url) as order_lock, psycopg.connect(url) as record_lock:
+        order_lock.execute(
+            "SELECT 1 FROM orders_order WHERE order_id = %s FOR UPDATE", [order.order_id]
+        )
+        confirmation_approve(confirmation_id=held.pk, reviewer=reviewers[0])
+        wait_until(waiting_on_a_lock, "the worker's refund to wait for the order")
+        if rows_after_kill:
+            # No one holds it: the claim committed on its own.
+            record_lock.execute("SET lock_timeout = '10s'")
+            record_lock.execute(
+                "SELECT 1 FROM dispatch_confirmation WHERE id = %s FOR UPDATE", [held.pk]
+            )
+            order_lock.rollback()
+            wait_until(lambda: Refund.objects.filter(order=order).exists(), "the refund")
+            wait_until(waiting_on_a_lock, "the worker to wait to record the execution")
+        first.kill()
+        order_lock.rollback()
+        record_lock.rollback()
+    after_kill = (Refund.objects.filter(order=order).count(), status_of(held))
+    start_worker()
+    wait_until(lambda: status_of(held) in FINAL, "the task to be delivered again and finish")
+
+    assert after_kill == (rows_after_kill, ConfirmationStatus.EXECUTING)
+    state = agent_reads(holding_agent, held)
+    assert state["status"] == ConfirmationStatus.EXECUTED
+    assert state["result"]["ok"] is True
+    assert Refund.objects.filter(order=order).count() == 1
+    order.refresh_from_db()
+    assert order.refunded_cents == 6_000
+    kinds = list(
+        ConfirmationEvent.objects.filter(confirmation_id=held.pk).values_list("kind", flat=True)
+    )
+    assert kinds == ["voted", "approved", "executing", "executed"]
+
+
+def test_the_worker_retries_a_failed_webhook_with_backoff_until_it_is_delivered(
+    start_worker: StartWorker,
+    held_refund: HeldRefund,
+    holding_agent: Agent,
+    webhook_receiver: WebhookReceiver,
+    settings: Settings,
+    documented_verify: Callable[..., bool],
+) -> None:
+    settings.DEBUG = True
+    settings.TOOLGATE_WEBHOOK_ALLOW_PRIVATE = True
+    secret = agent_webhook_set(agent=holding_agent, url=webhook_receiver.url)
+    assert secret is not None
+    held = held_refund(6_000)
+    webhook_receiver.answers.extend([500, 503])
+    start_worker()
+
+    with transaction.atomic():
+        webhook_enqueue(confirmation=held, event="expired")
+    delivered = wait_until(
+        lambda: WebhookDelivery.objects.filter(status=WebhookDeliveryStatus.DELIVERED).first(),
+        "the webhook to be delivered",
+    )
+
+    assert delivered.attempts == 3
+    requests = webhook_receiver.received
+    assert len(requests) == 3
+    assert all(
+        documented_verify(secret, request.headers["Toolgate-Signature"], request.body)
+        for request in requests
+    )
+    assert {json.loads(request.body)["event"] for request in requests} == {"expired"}

@@ -1,0 +1,117 @@
+"""Each user's places: what the navigation, the home page and the login's landing show them.
+
+A place is shown only to those who may open it: reviewers get their queue (with the count of
+pending items), managers the records they may read, admins the admin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, PermissionsMixin
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.functional import SimpleLazyObject
+
+from approvals.selectors import pending_count, unknown_count, user_is_reviewer
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    label: str
+    url: str
+    description: str
+    # Shown beside the label (pending items); None shows nothing.
+    count: int | None = None
+    # The id of the count's element, which a page's own refresh may update.
+    count_id: str = ""
+
+
+# Records a manager reads in the admin, until their own pages exist: (permission, admin list,
+# label, what it is).
+_RECORDS = (
+    (
+        "dispatch.view_auditrecord",
+        "admin:dispatch_auditrecord_changelist",
+        "Audit records",
+        "Every tool call, its outcome code and message.",
+    ),
+    (
+        "dispatch.view_confirmation",
+        "admin:dispatch_confirmation_changelist",
+        "Confirmations",
+        "Held calls and how they were decided.",
+    ),
+    (
+        "dispatch.view_securityevent",
+        "admin:dispatch_securityevent_changelist",
+        "Security events",
+        "Requests the agent API refused, and why.",
+    ),
+    ("orders.view_order", "admin:orders_order_changelist", "Orders", "The system of record."),
+    (
+        "orders.view_refund",
+        "admin:orders_refund_changelist",
+        "Refunds",
+        "The refund ledger: one row per refund that took effect.",
+    ),
+)
+
+
+def places_for(user: AbstractBaseUser | AnonymousUser) -> list[Place]:
+    if not user.is_authenticated or not user.is_active:
+        return []
+    places = []
+    if user_is_reviewer(user):
+        unknown = unknown_count()
+        places += [
+            Place(
+                "Approvals",
+                reverse("approvals:queue"),
+                "Refunds waiting for your decision, the soonest to expire first.",
+                count=pending_count(),
+                count_id="nav-pending-count",
+            ),
+            Place(
+                "History",
+                reverse("approvals:history"),
+                "Decided items, with filters by status, reviewer, agent and date.",
+            ),
+            Place(
+                "Reconciliation",
+                reverse("approvals:reconciliation"),
+                "Executions whose outcome is unknown, to settle with the gateway.",
+                count=unknown or None,
+            ),
+        ]
+    if getattr(user, "is_superuser", False):
+        places.append(
+            Place("Admin", reverse("admin:index"), "Agents and their policies, users, orders.")
+        )
+    elif isinstance(user, PermissionsMixin) and getattr(user, "is_staff", False) and not places:
+        places += [
+            Place(label, reverse(url_name), description)
+            for permission, url_name, label, description in _RECORDS
+            if user.has_perm(permission)
+        ]
+    return places
+
+
+def landing_url(user: AbstractBaseUser | AnonymousUser) -> str:
+    """Where a user lands after logging in: an admin in the admin, a reviewer in the queue,
+    anyone else on the home page that lists their places."""
+    if getattr(user, "is_superuser", False):
+        return reverse("admin:index")
+    if user_is_reviewer(user):
+        return reverse("approvals:queue")
+    return reverse("home")
+
+
+def navigation(request: HttpRequest) -> dict[str, Any]:
+    """The context processor: the signed-in user's places, read only by a page that shows them
+    (the admin's pages do not)."""
+    user = getattr(request, "user", None)
+    if user is None:
+        return {"places": []}
+    return {"places": SimpleLazyObject(lambda: places_for(user))}
