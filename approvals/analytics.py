@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 
 from django import forms
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
@@ -33,6 +33,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from django.views.decorators.http import require_GET
 
 from approvals.models import ConfirmationEvent, EventKind
+from approvals.selectors import MANAGERS_GROUP, REVIEWERS_GROUP, user_in_group
 from dispatch.metrics import (
     NOT_REJECTED,
     CallFigures,
@@ -45,9 +46,6 @@ from dispatch.metrics import (
 from dispatch.models import Agent, AuditRecord, Confirmation, ConfirmationStatus
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, LOOP_DETECTED, OK, STEP_LIMIT, Code
 from dispatch.registry import tool_registry
-
-MANAGERS_GROUP = "managers"
-REVIEWERS_GROUP = "reviewers"
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -113,9 +111,7 @@ View = Callable[..., HttpResponse]
 
 
 def _in_group(user: AbstractBaseUser | AnonymousUser, *groups: str) -> bool:
-    if not user.is_authenticated or not user.is_active or not isinstance(user, User):
-        return False
-    return user.groups.filter(name__in=groups).exists()
+    return any(user_in_group(user, group) for group in groups)
 
 
 def _members_only(*groups: str) -> Callable[[View], View]:

@@ -139,8 +139,7 @@ def open_tab(browser: Browser, live_server: LiveServer) -> Iterator[OpenTab]:
         tabs.append(tab)
 
         def on_console(message: ConsoleMessage) -> None:
-            # A layout that names no icon makes the browser ask for /favicon.ico: not the page's.
-            if message.type == "error" and "/favicon.ico" not in message.location.get("url", ""):
+            if message.type == "error":
                 tab.errors.append(f"{message.location.get('url', '')}: {message.text}")
 
         def on_page_error(error: Error) -> None:
