@@ -1,37 +1,35 @@
 """The analytics pages in a real browser: Playwright driving Debian's Chromium against
-pytest-django's live server, on the traffic of test_analytics.
+pytest-django's live server, on the traffic of test_analytics, with tests/e2e's tabs (signed in,
+console errors collected, axe-core's check).
 
-No browser is downloaded: the tests use /usr/bin/chromium (TOOLGATE_CHROMIUM elsewhere). Without
-it they skip and say so, except where TOOLGATE_REQUIRE_SERVICES=1 (CI), where they fail. axe-core
-is vendored for the tests under tests/e2e/vendor/ and never served by the site.
+Without Chromium they skip and say so, except where TOOLGATE_REQUIRE_SERVICES=1 (CI), where they
+fail.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from django.contrib.auth.models import Group, User
 from django.db import connections
-from playwright.sync_api import Browser, ConsoleMessage, Error, Page, sync_playwright
-from pytest_django.live_server_helper import LiveServer
+from playwright.sync_api import Browser, sync_playwright
 
 from approvals.services import confirmation_reject
 from orders.models import Order
 from tests.approvals.test_analytics import Clock, Traffic, calls_where, record_traffic
 from tests.conftest import MakeAgent, require_service
+from tests.e2e import conftest as e2e
+from tests.e2e.conftest import CHROMIUM, MakeBrowserUser, OpenTab, Tab
 
-CHROMIUM = os.environ.get("TOOLGATE_CHROMIUM", "/usr/bin/chromium")
-AXE = Path(__file__).parent.parent / "e2e" / "vendor" / "axe-core" / "4.14.1" / "axe.min.js"
-PASSWORD = "browser-pw"
-# The impacts axe-core grades as serious or worse: any of them fails a page.
-FAILING_IMPACTS = ("serious", "critical")
+# tests/e2e's fixtures, for this module's tests: signed-in tabs that collect console errors and
+# run axe-core, and users with the tabs' password. They open this module's `browser`.
+open_tab = e2e.open_tab
+browser_user = e2e.browser_user
+
 CHARTS = (
     "rejection_over_time",
     "recovery_by_tool",
@@ -43,14 +41,12 @@ CHARTS = (
 
 @pytest.fixture
 def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Browser]:
+    """tests/e2e's browser, which also closes the connection the test's own reads got."""
     require_service(
         Path(CHROMIUM).is_file(),
         f"browser tests need Chromium at {CHROMIUM} (apt-get install chromium, or set "
         "TOOLGATE_CHROMIUM); they were skipped",
     )
-    # Playwright's sync API keeps an event loop running in this thread, and Django refuses
-    # database calls from a thread with a running loop; the test's own calls are plain
-    # synchronous code, so they are allowed while the browser runs.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM)
@@ -61,117 +57,49 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Browser]:
         connections.close_all()
 
 
-@dataclass
-class Tab:
-    """One signed-in browser tab, and the errors its pages logged."""
-
-    page: Page
-    errors: list[str] = field(default_factory=list)
-
-    def check_accessibility(self) -> None:
-        """axe-core's check of the page as it is: no serious or critical violation."""
-        self.page.add_script_tag(path=str(AXE))
-        violations: list[dict[str, Any]] = self.page.evaluate(
-            """async (failing) => {
-                const results = await axe.run(document, {resultTypes: ["violations"]});
-                return results.violations
-                    .filter((v) => failing.includes(v.impact))
-                    .map((v) => ({id: v.id, impact: v.impact, help: v.help,
-                                  nodes: v.nodes.slice(0, 3).map((n) => n.target.join(" "))}));
-            }""",
-            list(FAILING_IMPACTS),
-        )
-        assert violations == [], f"{self.page.url}: {violations}"
-
-    def charts(self) -> dict[str, dict[str, Any]]:
-        """What each drawn chart holds: its labels and, per dataset, its label and values."""
-        self.page.wait_for_function(
-            """() => document.querySelectorAll('canvas[data-drawn=true]').length
-                === document.querySelectorAll('canvas[data-chart]').length"""
-        )
-        drawn: dict[str, dict[str, Any]] = self.page.evaluate(
-            """() => Object.fromEntries(Object.entries(window.analyticsCharts).map(
-                ([name, chart]) => [name, {
-                    labels: chart.data.labels,
-                    datasets: chart.data.datasets.map((d) => ({label: d.label, data: d.data})),
-                    drawnBars: chart.getDatasetMeta(0).data.length,
-                }]))"""
-        )
-        return drawn
-
-    def click_bar(self, chart: str, series: str, index: int) -> None:
-        """Click one bar of a chart, where the reader would."""
-        self.page.locator(f"canvas[data-chart={chart}]").scroll_into_view_if_needed()
-        point = self.page.evaluate(
-            """([name, label, index]) => {
-                const chart = window.analyticsCharts[name];
-                const dataset = chart.data.datasets.findIndex((d) => d.label === label);
-                const bar = chart.getDatasetMeta(dataset).data[index].getCenterPoint();
-                const box = chart.canvas.getBoundingClientRect();
-                return {x: box.left + bar.x, y: box.top + bar.y};
-            }""",
-            [chart, series, index],
-        )
-        with self.page.expect_navigation():
-            self.page.mouse.click(point["x"], point["y"])
-
-    def listed_calls(self) -> set[str]:
-        ids = self.page.locator("li.an-call").evaluate_all("items => items.map((i) => i.id)")
-        return {str(item).removeprefix("call-") for item in ids}
-
-    def check_console(self) -> None:
-        assert self.errors == [], f"{self.page.url}: {self.errors}"
+def drawn_charts(tab: Tab) -> dict[str, dict[str, Any]]:
+    """What each chart on the page holds once drawn: its labels and, per dataset, its label
+    and values."""
+    tab.page.wait_for_function(
+        """() => document.querySelectorAll('canvas[data-drawn=true]').length
+            === document.querySelectorAll('canvas[data-chart]').length"""
+    )
+    drawn: dict[str, dict[str, Any]] = tab.page.evaluate(
+        """() => Object.fromEntries(Object.entries(window.analyticsCharts).map(
+            ([name, chart]) => [name, {
+                labels: chart.data.labels,
+                datasets: chart.data.datasets.map((d) => ({label: d.label, data: d.data})),
+                drawnBars: chart.getDatasetMeta(0).data.length,
+            }]))"""
+    )
+    return drawn
 
 
-OpenTab = Callable[..., Tab]
+def click_bar(tab: Tab, chart: str, series: str, index: int) -> None:
+    """Click one bar of a chart, where the reader would."""
+    tab.page.locator(f"canvas[data-chart={chart}]").scroll_into_view_if_needed()
+    point = tab.page.evaluate(
+        """([name, label, index]) => {
+            const chart = window.analyticsCharts[name];
+            const dataset = chart.data.datasets.findIndex((d) => d.label === label);
+            const bar = chart.getDatasetMeta(dataset).data[index].getCenterPoint();
+            const box = chart.canvas.getBoundingClientRect();
+            return {x: box.left + bar.x, y: box.top + bar.y};
+        }""",
+        [chart, series, index],
+    )
+    with tab.page.expect_navigation():
+        tab.page.mouse.click(point["x"], point["y"])
 
 
-@pytest.fixture
-def open_tab(browser: Browser, live_server: LiveServer) -> Iterator[OpenTab]:
-    """A new browser (own cookies) on the live server, signed in as the given user."""
-    contexts = []
-    tabs: list[Tab] = []
-
-    def open_(username: str) -> Tab:
-        context = browser.new_context(base_url=live_server.url, locale="en-US")
-        contexts.append(context)
-        tab = Tab(context.new_page())
-        tabs.append(tab)
-
-        def on_console(message: ConsoleMessage) -> None:
-            if message.type == "error":
-                tab.errors.append(f"{message.location.get('url', '')}: {message.text}")
-
-        def on_page_error(error: Error) -> None:
-            tab.errors.append(str(error))
-
-        tab.page.on("console", on_console)
-        tab.page.on("pageerror", on_page_error)
-        tab.page.goto("/accounts/login/")
-        tab.page.get_by_label("Username").fill(username)
-        tab.page.get_by_label("Password").fill(PASSWORD)
-        tab.page.get_by_role("button", name="Log in").click()
-        tab.page.wait_for_load_state()
-        return tab
-
-    yield open_
-    for context in contexts:
-        context.close()
-    # No page of any test logs an error in the browser's console.
-    for tab in tabs:
-        tab.check_console()
-
-
-def browser_user(username: str, *groups: str) -> User:
-    user = User.objects.create_user(username, password=PASSWORD)
-    for name in groups:
-        user.groups.add(Group.objects.get_or_create(name=name)[0])
-    return user
+def listed_calls(tab: Tab) -> set[str]:
+    ids = tab.page.locator("li.an-call").evaluate_all("items => items.map((i) => i.id)")
+    return {str(item).removeprefix("call-") for item in ids}
 
 
 @pytest.fixture
 def decided_traffic(
-    transactional_db: None,
+    browser_user: MakeBrowserUser,
     make_agent: MakeAgent,
     monkeypatch: pytest.MonkeyPatch,
     orders: dict[str, Order],
@@ -197,7 +125,7 @@ def test_a_manager_sees_every_chart_drawn_with_data(
 
     tab.page.goto("/analytics/")
 
-    charts = tab.charts()
+    charts = drawn_charts(tab)
     assert sorted(charts) == sorted(CHARTS)
     for name, chart in charts.items():
         assert chart["drawnBars"] == len(chart["labels"]) > 0, name
@@ -212,17 +140,15 @@ def test_a_manager_sees_every_chart_drawn_with_data(
 def test_a_bar_leads_to_the_calls_behind_it(decided_traffic: Traffic, open_tab: OpenTab) -> None:
     tab = open_tab("max")
     tab.page.goto("/analytics/")
-    series = tab.charts()["rejection_over_time"]["datasets"]
+    series = drawn_charts(tab)["rejection_over_time"]["datasets"]
     values = next(d["data"] for d in series if d["label"] == "INVALID_ARGUMENTS")
     their_hour = next(index for index, value in enumerate(values) if value)
 
-    tab.click_bar("rejection_over_time", "INVALID_ARGUMENTS", their_hour)
+    click_bar(tab, "rejection_over_time", "INVALID_ARGUMENTS", their_hour)
 
     assert urlsplit(tab.page.url).path == "/analytics/calls/"
     assert parse_qs(urlsplit(tab.page.url).query)["code"] == ["INVALID_ARGUMENTS"]
-    assert tab.listed_calls() == calls_where(
-        code="INVALID_ARGUMENTS", session_id__in=["s-1", "s-2"]
-    )
+    assert listed_calls(tab) == calls_where(code="INVALID_ARGUMENTS", session_id__in=["s-1", "s-2"])
     tab.check_accessibility()
 
 
@@ -231,13 +157,13 @@ def test_a_filter_change_is_in_the_url_and_the_charts(
 ) -> None:
     tab = open_tab("max")
     tab.page.goto("/analytics/")
-    assert tab.charts()["recovery_by_tool"]["labels"] == ["get_order", "refund_order"]
+    assert drawn_charts(tab)["recovery_by_tool"]["labels"] == ["get_order", "refund_order"]
 
     with tab.page.expect_navigation():
         tab.page.get_by_label("Tool", exact=True).select_option("refund_order")
 
     assert parse_qs(urlsplit(tab.page.url).query) == {"range": ["24h"], "tool": ["refund_order"]}
-    assert tab.charts()["recovery_by_tool"]["labels"] == ["refund_order"]
+    assert drawn_charts(tab)["recovery_by_tool"]["labels"] == ["refund_order"]
     with tab.page.expect_navigation():
         tab.page.get_by_label("Last 7 days").check()
     assert parse_qs(urlsplit(tab.page.url).query) == {"range": ["7d"], "tool": ["refund_order"]}
@@ -267,8 +193,6 @@ def test_a_reviewer_who_is_not_a_manager_is_refused(
 ) -> None:
     tab = open_tab("rita")
 
-    response = tab.page.goto("/analytics/")
+    tab.goto_refused("/analytics/")
 
-    assert response is not None and response.status == 403
-    # The browser logs the refused document itself; nothing else may be logged.
-    tab.errors = [error for error in tab.errors if "403" not in error]
+    assert "for members of the 'managers' group" in tab.page.content()
