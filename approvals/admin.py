@@ -1,10 +1,11 @@
-"""Confirmations, read-only: reviewers decide in their own queue, not in the admin."""
+"""Confirmations and their logs, read-only: reviewers decide in their own queue, not in the admin.
+An admin sets here what each reviewer may approve alone."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
-from approvals.models import WebhookDelivery
+from approvals.models import ConfirmationEvent, ReviewerLimit, WebhookDelivery
 from dispatch.admin import ReadOnlyAdmin
 from dispatch.models import Confirmation
 
@@ -49,3 +50,27 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
     search_fields = ("confirmation__id", "url")
     date_hierarchy = "created_at"
     ordering = ("-created_at", "-id")
+
+
+@admin.register(ReviewerLimit)
+class ReviewerLimitAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """What a reviewer's approval decides alone, per currency; above it, it is a vote."""
+
+    list_display = ("reviewer", "currency", "max_amount_cents")
+    list_filter = ("currency",)
+    list_select_related = ("reviewer",)
+    search_fields = ("reviewer__username",)
+    ordering = ("reviewer__username", "currency")
+    autocomplete_fields = ("reviewer",)
+
+
+@admin.register(ConfirmationEvent)
+class ConfirmationEventAdmin(ReadOnlyAdmin):
+    """Each confirmation's log: who voted, decided or executed, and when. Append-only."""
+
+    list_display = ("at", "confirmation", "kind", "actor_label", "message")
+    list_filter = ("kind",)
+    list_select_related = ("confirmation",)
+    search_fields = ("confirmation__id", "actor_label")
+    date_hierarchy = "at"
+    ordering = ("-at", "-id")

@@ -60,10 +60,7 @@ class MetricsApi(JsonApi):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        until = _moment(params.get("until"), "until") or timezone.now()
-        since = _moment(params.get("since"), "since") or until - timedelta(hours=24)
-        if since >= until or until - since > LONGEST_RANGE:
-            raise ValidationError({"since": "must be before until, and at most a year before it"})
+        since, until = _range(params, default=timedelta(hours=24))
         agent = params.get("agent")
         if agent is not None and not agent.isdigit():
             raise ValidationError({"agent": "must be an agent's id (a whole number)"})
@@ -87,6 +84,15 @@ class MetricsApi(JsonApi):
                 "confirmations": confirmation_outcomes(**window),
             }
         )
+
+
+def _range(params: Any, *, default: timedelta) -> tuple[datetime, datetime]:
+    """The query's since and until: until defaults to now, since to `default` before it."""
+    until = _moment(params.get("until"), "until") or timezone.now()
+    since = _moment(params.get("since"), "since") or until - default
+    if since >= until or until - since > LONGEST_RANGE:
+        raise ValidationError({"since": "must be before until, and at most a year before it"})
+    return since, until
 
 
 def _moment(text: str | None, name: str) -> datetime | None:
@@ -135,10 +141,7 @@ class PolicyWhatIfApi(JsonApi):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        until = _moment(params.get("until"), "until") or timezone.now()
-        since = _moment(params.get("since"), "since") or until - timedelta(days=7)
-        if since >= until or until - since > LONGEST_RANGE:
-            raise ValidationError({"since": "must be before until, and at most a year before it"})
+        since, until = _range(params, default=timedelta(days=7))
         agent = params.get("agent", "")
         if not agent.isdigit() or not Agent.objects.filter(pk=int(agent)).exists():
             raise ValidationError({"agent": "must be the id of an agent"})

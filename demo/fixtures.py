@@ -87,7 +87,7 @@ DEMO_USERS = (
             "orders.view_order",
             "orders.view_refund",
         ),
-        start="/",
-        role="reads the records; the home page lists them",
+        start="/analytics/",
+        role="where calls fail and whether models recover; the records from the home page",
     ),
 )

@@ -14,7 +14,13 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.functional import SimpleLazyObject
 
-from approvals.selectors import pending_count, unknown_count, user_is_reviewer
+from approvals.selectors import (
+    MANAGERS_GROUP,
+    pending_count,
+    unknown_count,
+    user_in_group,
+    user_is_reviewer,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +91,19 @@ def places_for(user: AbstractBaseUser | AnonymousUser) -> list[Place]:
                 count=unknown or None,
             ),
         ]
+    if user_in_group(user, MANAGERS_GROUP):
+        places.append(
+            Place(
+                "Analytics",
+                reverse("analytics:dashboard"),
+                "Where tool calls fail, why, whether the models recover, how reviewers decide.",
+            )
+        )
     if getattr(user, "is_superuser", False):
         places.append(
             Place("Admin", reverse("admin:index"), "Agents and their policies, users, orders.")
         )
-    elif isinstance(user, PermissionsMixin) and getattr(user, "is_staff", False) and not places:
+    elif isinstance(user, PermissionsMixin) and getattr(user, "is_staff", False):
         places += [
             Place(label, reverse(url_name), description)
             for permission, url_name, label, description in _RECORDS
@@ -105,6 +119,8 @@ def landing_url(user: AbstractBaseUser | AnonymousUser) -> str:
         return reverse("admin:index")
     if user_is_reviewer(user):
         return reverse("approvals:queue")
+    if user_in_group(user, MANAGERS_GROUP):
+        return reverse("analytics:dashboard")
     return reverse("home")
 
 

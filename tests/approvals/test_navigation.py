@@ -32,13 +32,17 @@ def test_a_reviewer_lands_on_the_queue(client: Client, reviewer: User) -> None:
     assert login(client, "rita") == "/approvals/"
 
 
-def test_a_manager_lands_on_the_home_page_of_their_places(client: Client, manager: User) -> None:
+def test_a_manager_lands_on_the_dashboard_and_finds_the_records_at_home(
+    client: Client, manager: User
+) -> None:
     manager.user_permissions.add(Permission.objects.get(codename="view_auditrecord"))
 
     landing = login(client, "max")
 
-    assert landing == "/"
-    assert "/admin/dispatch/auditrecord/" in client.get(landing).content.decode()
+    assert landing == "/analytics/"
+    home = client.get("/").content.decode()
+    assert "/analytics/" in home
+    assert "/admin/dispatch/auditrecord/" in home
 
 
 def test_an_admin_lands_in_the_admin(client: Client, make_user: MakeUser) -> None:

@@ -335,3 +335,16 @@ def test_a_redelivered_execution_moves_the_money_once(
     held.refresh_from_db()
     assert held.status == "executed"
     assert ledger(order) == [(6_000, "reviewer", "ana")]
+
+
+def test_an_admin_sets_a_reviewers_limit_in_the_admin(
+    admin_client: Any, reviewers: list[User]
+) -> None:
+    response = admin_client.post(
+        "/admin/approvals/reviewerlimit/add/",
+        {"reviewer": reviewers[0].pk, "currency": "BRL", "max_amount_cents": 20_000},
+    )
+
+    assert response.status_code == 302, response.content
+    assert ReviewerLimit.objects.get(reviewer=reviewers[0]).max_amount_cents == 20_000
+    assert admin_client.get("/admin/approvals/confirmationevent/").status_code == 200

@@ -208,7 +208,7 @@ def test_it_fills_the_reviewer_queue_with_every_state_once(run: Run, client: Cli
     assert Confirmation.objects.exclude(host_context="").exists()
     assert "already there, kept as they are" in again
     assert "reviewer  http://127.0.0.1:8000/approvals/" in output
-    assert "manager   http://127.0.0.1:8000/ " in output
+    assert "manager   http://127.0.0.1:8000/analytics/ " in output
     assert client.login(username="reviewer", password="toolgate-demo")
     queue = client.get("/approvals/").content.decode()
     assert queue.count('<article class="item') == 4
