@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.db import connections
 from playwright.sync_api import Browser, ConsoleMessage, Error, Page, sync_playwright
 from pytest_django.fixtures import Settings
 from pytest_django.live_server_helper import LiveServer
@@ -44,6 +45,9 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Browser]:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM)
         yield chromium
         chromium.close()
+        # While Playwright runs, Django gives the test's own reads a connection of their own:
+        # left open, it would keep the test database on PostgreSQL from being dropped.
+        connections.close_all()
 
 
 @pytest.fixture(autouse=True)

@@ -52,6 +52,8 @@ def test_every_page_is_accessible_and_logs_no_error(
         anonymous.page.goto(path)
         anonymous.check_accessibility()
     manager = open_tab("max")
+    expect(manager.page).to_have_url(re.compile(r"/analytics/$"))
+    manager.page.goto("/")
     expect(manager.page.get_by_role("heading", name="Your places")).to_be_visible()
     manager.check_accessibility()
     manager.goto_refused("/approvals/")
