@@ -82,8 +82,11 @@ def database_url() -> str:
 
 
 @pytest.fixture
-def broker(redis_url: str) -> Iterator[str]:
+def broker(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Tasks this process enqueues go to Redis for the test, not in-process; an empty queue."""
+    # Celery reads CELERY_BROKER_URL from the environment before its own configuration (CI
+    # exports one): the test's broker must win there too.
+    monkeypatch.setenv("CELERY_BROKER_URL", redis_url)
     with redis.Redis.from_url(redis_url) as client:
         # What an earlier run that was cut short left behind.
         client.delete(QUEUE, "unacked", "unacked_index")
