@@ -316,6 +316,11 @@ def _load_confirmations(
             )
     Confirmation.objects.bulk_create(held, batch_size=2000)
     ConfirmationEvent.objects.bulk_create(events, batch_size=2000)
+    from django.db import connection
+
+    # A table just filled by COPY has no statistics yet: the planner would guess.
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
 
 
 if __name__ == "__main__":
