@@ -46,7 +46,9 @@ QUEUE = "celery"
 VISIBILITY_TIMEOUT_SECONDS = 2
 FINAL = {ConfirmationStatus.EXECUTED, ConfirmationStatus.FAILED, ConfirmationStatus.UNKNOWN}
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# A process of their own (`make test` runs them apart): the Celery app's connections and its
+# configuration are the process's, and the suite's other tests run its tasks in-process.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
 
 @dataclass
