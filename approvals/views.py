@@ -91,19 +91,34 @@ def detail(request: HttpRequest, confirmation_id: str) -> HttpResponse:
     )
 
 
-@require_POST
-@reviewer_required
-def approve(request: HttpRequest, confirmation_id: str) -> HttpResponse:
-    _existing(confirmation_id)
+def _decide(
+    request: HttpRequest,
+    confirmation_id: str,
+    decision: Callable[[], Confirmation],
+    *,
+    default: str = "",
+) -> HttpResponse:
+    """Run a service's decision, say its outcome or why it could not be made, and go back."""
     try:
-        confirmation = services.confirmation_approve(
-            confirmation_id=confirmation_id, reviewer=_reader(request)
-        )
+        confirmation = decision()
     except services.ConfirmationError as exc:
         messages.error(request, exc.message)
     else:
         _tell_outcome(request, confirmation)
-    return _back(request, confirmation_id)
+    return _back(request, confirmation_id, default=default)
+
+
+@require_POST
+@reviewer_required
+def approve(request: HttpRequest, confirmation_id: str) -> HttpResponse:
+    _existing(confirmation_id)
+    return _decide(
+        request,
+        confirmation_id,
+        lambda: services.confirmation_approve(
+            confirmation_id=confirmation_id, reviewer=_reader(request)
+        ),
+    )
 
 
 @require_POST
@@ -117,32 +132,29 @@ def reject(request: HttpRequest, confirmation_id: str) -> HttpResponse:
                 for message in error.messages:
                     messages.error(request, message)
         return _back(request, confirmation_id)
-    try:
-        confirmation = services.confirmation_reject(
+    return _decide(
+        request,
+        confirmation_id,
+        lambda: services.confirmation_reject(
             confirmation_id=confirmation_id,
             reviewer=_reader(request),
             reason=form.cleaned_data["reason"],
-        )
-    except services.ConfirmationError as exc:
-        messages.error(request, exc.message)
-    else:
-        _tell_outcome(request, confirmation)
-    return _back(request, confirmation_id)
+        ),
+    )
 
 
 @require_POST
 @reviewer_required
 def reconcile(request: HttpRequest, confirmation_id: str) -> HttpResponse:
     _existing(confirmation_id)
-    try:
-        confirmation = services.confirmation_reconcile(
+    return _decide(
+        request,
+        confirmation_id,
+        lambda: services.confirmation_reconcile(
             confirmation_id=confirmation_id, reviewer=_reader(request)
-        )
-    except services.ConfirmationError as exc:
-        messages.error(request, exc.message)
-    else:
-        _tell_outcome(request, confirmation)
-    return _back(request, confirmation_id, default=reverse("approvals:reconciliation"))
+        ),
+        default=reverse("approvals:reconciliation"),
+    )
 
 
 @require_GET
