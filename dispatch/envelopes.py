@@ -90,8 +90,8 @@ class CodeCatalogueDoc(BaseModel):
 class ToolListDoc(BaseModel):
     model_config = ConfigDict(title="ToolList")
 
-    format: str
-    tools: list[dict[str, Any]]
+    format: str = Field(description="neutral, openai or anthropic, as asked")
+    tools: list[dict[str, Any]] = Field(description="the tools this agent may call, in that format")
 
 
 class ConfirmationDoc(BaseModel):
