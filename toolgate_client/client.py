@@ -86,14 +86,15 @@ class Toolgate:
     def call(
         self,
         tool: str,
-        arguments: str | Mapping[str, Any],
+        arguments: Any,
         *,
         session_id: str | None = None,
         customer_id: str | None = None,
         context: str | None = None,
         idempotency_key: str | None = None,
     ) -> CallResult:
-        """Send one tool call as the model produced it: its raw argument text, or an object."""
+        """Send one tool call as the model produced it: its raw argument text (best: Toolgate
+        judges the text itself), or the JSON value the host parsed from it."""
         customer = customer_id or self.customer_id
         if not customer:
             raise ValueError("call() needs a customer_id, here or in Toolgate(...)")
@@ -101,7 +102,7 @@ class Toolgate:
             "session_id": session_id or self.session_id,
             "customer_id": customer,
             "tool": tool,
-            "arguments": arguments if isinstance(arguments, str) else dict(arguments),
+            "arguments": dict(arguments) if isinstance(arguments, Mapping) else arguments,
         }
         if context is not None:
             envelope["context"] = context
@@ -149,21 +150,25 @@ class Toolgate:
         params: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> requests.Response:
-        """The raw response, whatever its status: for what the typed methods do not cover."""
+        """The raw response, whatever its status, and requests' own exceptions: for what the
+        typed methods do not cover."""
         sent = {"Content-Type": "application/json"} if json is not None or data else {}
         if self.token is not None:
             sent["Authorization"] = f"Token {self.token}"
         sent.update(headers or {})
+        return self.http.request(
+            method,
+            f"{self.base_url}{path}",
+            json=json,
+            data=data,
+            params=params,
+            headers=sent,
+            timeout=self.timeout,
+        )
+
+    def _json(self, method: str, path: str, **options: Any) -> dict[str, Any]:
         try:
-            return self.http.request(
-                method,
-                f"{self.base_url}{path}",
-                json=json,
-                data=data,
-                params=params,
-                headers=sent,
-                timeout=self.timeout,
-            )
+            response = self.request(method, path, **options)
         except requests.Timeout:
             raise ConnectionFailedError(
                 f"{self.base_url} did not answer within {self.timeout:g} s",
@@ -178,9 +183,6 @@ class Toolgate:
                 code="connection_failed",
                 retryable=True,
             ) from None
-
-    def _json(self, method: str, path: str, **options: Any) -> dict[str, Any]:
-        response = self.request(method, path, **options)
         try:
             document = response.json()
         except ValueError:
