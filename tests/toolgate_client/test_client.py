@@ -182,6 +182,17 @@ def test_a_server_that_is_not_there_raises_a_connection_error() -> None:
     assert (raised.value.status, raised.value.code) == (0, "connection_failed")
 
 
+def test_an_answer_that_is_not_the_apis_raises_with_its_status(live_server: LiveServer) -> None:
+    # A base URL that is not Toolgate's: Django's own HTML 404, as a proxy's page would be.
+    toolgate = Toolgate(f"{live_server.url}/elsewhere", "tg_x", customer_id="CUS-1")
+
+    with pytest.raises(NotFoundError) as raised:
+        toolgate.codes()
+
+    assert (raised.value.status, raised.value.code) == (404, "unexpected_answer")
+    assert "/elsewhere/api/v1/codes" in raised.value.message
+
+
 def test_a_call_without_a_customer_is_refused_before_it_is_sent(live_server: LiveServer) -> None:
     toolgate = Toolgate(live_server.url, "tg_x")
 
