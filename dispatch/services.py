@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -122,11 +123,13 @@ def call_dispatch(
     arguments: str | Mapping[str, Any],
     context: str = "",
     on_result: Callable[[CallResult], None] | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> CallResult:
     """Run one raw tool call through the pipeline; raises SessionConflict for a foreign session.
 
     `on_result` is called with the result inside the call's transaction, before it commits: what
     must commit with the call's effect or not at all (the host's Idempotency-Key answer).
+    `clock` gives the pipeline's time (when the call arrived), for a demo's history.
     """
     policy = agent.current_policy
     if policy is None:
@@ -139,7 +142,7 @@ def call_dispatch(
         arguments=arguments,
         context=context,
     )
-    pipeline = _pipeline()
+    pipeline = _pipeline() if clock is None else _pipeline().on_clock(clock)
     prepared = pipeline.prepare(call, policy.snapshot())
     # A call that writes is one transaction: its step, idempotency record, confirmation, ledger
     # row and audit record commit together or not at all, and an identical call waits on the

@@ -4,16 +4,19 @@ import importlib
 import json
 import re
 import shlex
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management.base import CommandError
 from django.test import Client
+from django.utils import timezone
 from pytest_django.fixtures import Settings
 
 from approvals.selectors import effective_status
 from demo.fixtures import DEMO_TOKEN
-from dispatch.models import Agent, Confirmation, Policy
+from dispatch.metrics import audit_in_session_order, rollups_from_audit, rollups_live
+from dispatch.models import Agent, AuditRecord, Confirmation, Policy
 from dispatch.services import agent_authenticate, agent_create, token_hash
 from orders.models import Order
 from tests.conftest import Run
@@ -213,3 +216,26 @@ def test_it_fills_the_reviewer_queue_with_every_state_once(run: Run, client: Cli
     queue = client.get("/approvals/").content.decode()
     assert queue.count('<article class="item') == 4
     assert "Expires soon" in queue
+
+
+def test_its_history_spreads_the_traffic_over_30_days_through_the_pipeline(run: Run) -> None:
+    output = run("seed_demo", "--force", "--history-sessions", "40")
+    again = run("seed_demo", "--force", "--history-sessions", "40")
+
+    history = AuditRecord.objects.filter(session_id__startswith="sim-history-")
+    moments = sorted(history.values_list("at", flat=True))
+    now = timezone.now()
+    assert "40/40 sessions" in output and "already there, kept as it is" in again
+    assert history.values("session_id").distinct().count() == 40
+    assert now - timedelta(days=30) <= moments[0] and moments[-1] < now
+    assert moments[-1] - moments[0] > timedelta(days=15)
+    # Held refunds were decided by the demo reviewers after they were held, within a day.
+    decided = Confirmation.objects.filter(
+        session_id__startswith="sim-history-", decided_at__isnull=False
+    )
+    assert decided.exists()
+    for confirmation in decided:
+        assert confirmation.decided_at is not None
+        assert timedelta(0) < confirmation.decided_at - confirmation.created_at <= timedelta(days=1)
+    # Counted as calls are written, the rollups agree with the records they came from.
+    assert rollups_live() == rollups_from_audit(audit_in_session_order())[0]
