@@ -30,7 +30,7 @@ def outcome_rows(response: object) -> dict[str, tuple[int, int]]:
 def test_a_manager_sees_where_the_calls_would_have_gone(traffic: Traffic, manager: Client) -> None:
     response = manager.get(
         "/analytics/what-if/",
-        {"agent": traffic.shop.pk, "range": "24h", "auto_approve_below_cents": "20000"},
+        {"agent": str(traffic.shop.pk), "range": "24h", "auto_approve_below_cents": "20000"},
     )
 
     assert response.status_code == 200
@@ -59,7 +59,11 @@ def test_a_value_out_of_range_is_said_and_the_current_one_is_used(
 ) -> None:
     response = manager.get(
         "/analytics/what-if/",
-        {"agent": traffic.shop.pk, "auto_approve_window_seconds": "5", "max_amount_cents": "x"},
+        {
+            "agent": str(traffic.shop.pk),
+            "auto_approve_window_seconds": "5",
+            "max_amount_cents": "x",
+        },
     )
 
     assert response.status_code == 200
@@ -75,7 +79,7 @@ def test_an_empty_two_reviewer_amount_means_one_reviewer_is_enough(
     agent, _ = make_agent(two_reviewers_from_cents=5_000)
 
     response = manager.get(
-        "/analytics/what-if/", {"agent": agent.pk, "two_reviewers_from_cents": ""}
+        "/analytics/what-if/", {"agent": str(agent.pk), "two_reviewers_from_cents": ""}
     )
 
     assert response.status_code == 200
@@ -89,7 +93,11 @@ def test_it_reads_and_writes_nothing(traffic: Traffic, manager: Client) -> None:
     with CaptureQueriesContext(connection) as queries:
         response = manager.get(
             "/analytics/what-if/",
-            {"agent": traffic.shop.pk, "auto_approve_below_cents": "0", "max_amount_cents": "1"},
+            {
+                "agent": str(traffic.shop.pk),
+                "auto_approve_below_cents": "0",
+                "max_amount_cents": "1",
+            },
         )
 
     assert response.status_code == 200
