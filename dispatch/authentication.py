@@ -24,7 +24,12 @@ class AgentTokenAuthentication(BaseAuthentication):
     refusal = "Invalid token, or the agent is disabled."
 
     def authenticate(self, request: Request) -> tuple[Any, str] | None:
-        parts = get_authorization_header(request).split()
+        return self.from_header(get_authorization_header(request))
+
+    def from_header(self, header: bytes) -> tuple[Any, str] | None:
+        """The holder of the token in an Authorization header's value and the token; None when
+        the header names another scheme or is empty. Also what the MCP server authenticates by."""
+        parts = header.split()
         if not parts or parts[0].lower() != self.keyword:
             return None
         if len(parts) != 2:
