@@ -12,6 +12,7 @@ Token <token>`, the MCP session (or the host's X-Toolgate-Session) and X-Toolgat
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 from collections.abc import Callable, Mapping
@@ -30,15 +31,16 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dispatch import selectors
-from dispatch.authentication import AgentTokenAuthentication
+from dispatch.authentication import AgentTokenAuthentication, IsAgent, agent_throttle_wait
 from dispatch.envelopes import CUSTOMER_ID_PATTERN, SESSION_ID_PATTERN
-from dispatch.errors import error_body
+from dispatch.errors import RateLimiterDown, error_body
 from dispatch.models import Agent, CallChannel
 from dispatch.pipeline import codes
 from dispatch.pipeline.results import CallResult
 from dispatch.pipeline.state import SessionConflict
 from dispatch.pipeline.tools import ToolSpec
 from dispatch.services import agent_authenticate, call_dispatch
+from dispatch.throttling import RateLimiterUnavailable
 
 SERVER_NAME = "toolgate"
 TOKEN_VARIABLE = "TOOLGATE_TOKEN"
@@ -222,27 +224,46 @@ def _http_host(ctx: ServerRequestContext[Any, Any]) -> Host:
     return Host(request.scope.get(_AGENT_SCOPE_KEY), session_id, headers.get(CUSTOMER_HEADER))
 
 
-def _authenticated(header: bytes) -> Agent | str:
-    """The agent of an Authorization header, or why not, as the API's authentication says it."""
+def _refusal(status: int, code: str, message: str, **headers: str) -> JSONResponse:
+    """An HTTP refusal in the API's error envelope."""
+    body = error_body(status_code=status, code=code, message=message)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+# Tells a client that sent no token, or a bad one, which scheme to use.
+_CHALLENGE = {"WWW-Authenticate": "Token"}
+
+
+def _admitted(header: bytes) -> Agent | JSONResponse:
+    """The agent of an Authorization header, authenticated and throttled as the API does it, or
+    the API's answer to a request it refuses."""
     try:
         try:
             authenticated = AgentTokenAuthentication().from_header(header)
         except AuthenticationFailed as refused:
-            return str(refused.detail)
+            return _refusal(401, "authentication_failed", str(refused.detail), **_CHALLENGE)
         if authenticated is None:
-            return (
-                "Authentication credentials were not provided: send 'Authorization: Token <token>'."
-            )
+            message = "Authentication credentials were not provided: send 'Authorization: Token …'."
+            return _refusal(401, "not_authenticated", message, **_CHALLENGE)
         agent: Agent = authenticated[0]
         if agent.current_policy_id is None:
-            return "This agent has no policy yet; an operator must give it one."
+            return _refusal(403, "permission_denied", IsAgent.message)
+        try:
+            wait = agent_throttle_wait(agent)
+        except RateLimiterUnavailable:
+            return _refusal(503, RateLimiterDown.default_code, str(RateLimiterDown.default_detail))
+        if wait:
+            seconds = str(math.ceil(wait))
+            message = f"Request was throttled. Expected available in {seconds} seconds."
+            return _refusal(429, "throttled", message, **{"Retry-After": seconds})
         return agent
     finally:
         connections.close_all()
 
 
 class AgentTokenRequired:
-    """Every HTTP request carries an agent's token, or is answered 401 before MCP sees it."""
+    """Every HTTP request carries an agent's token and is within its rate, or is refused before
+    MCP sees it, as the API refuses it: 401, 403, 429 or 503."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -252,13 +273,11 @@ class AgentTokenRequired:
             await self.app(scope, receive, send)
             return
         header = Headers(scope=scope).get("authorization", "").encode("latin-1")
-        agent = await anyio.to_thread.run_sync(partial(_authenticated, header))
-        if isinstance(agent, str):
-            body = error_body(status_code=401, code="not_authenticated", message=agent)
-            response = JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Token"})
-            await response(scope, receive, send)
+        admitted = await anyio.to_thread.run_sync(partial(_admitted, header))
+        if isinstance(admitted, JSONResponse):
+            await admitted(scope, receive, send)
             return
-        scope[_AGENT_SCOPE_KEY] = agent
+        scope[_AGENT_SCOPE_KEY] = admitted
         await self.app(scope, receive, send)
 
 

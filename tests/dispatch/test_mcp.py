@@ -28,9 +28,11 @@ from django.db import connection
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from pytest_django.fixtures import Settings
 
 from dispatch import mcp
 from dispatch.models import Agent, AuditRecord, CallChannel, Confirmation, Session
+from dispatch.services import token_hash
 from orders.tools import GetOrderArguments, RefundOrderArguments
 from tests.conftest import Ledger, MakeAgent, require_service
 
@@ -316,28 +318,29 @@ def test_a_call_without_a_customer_is_refused_and_nothing_is_dispatched(
 # Transport by transport -------------------------------------------------------------------------
 
 
-def test_over_http_a_missing_or_wrong_token_is_answered_401(mcp_url: str, token: str) -> None:
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "test", "version": "0"},
-        },
-    }
-    accept = {"Accept": "application/json, text/event-stream"}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    },
+}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
 
-    missing = requests.post(mcp_url, json=initialize, headers=accept, timeout=30)
+
+def test_over_http_a_missing_or_wrong_token_is_answered_401(mcp_url: str, token: str) -> None:
+    missing = requests.post(mcp_url, json=INITIALIZE, headers=ACCEPT, timeout=30)
     wrong = requests.post(
         mcp_url,
-        json=initialize,
-        headers={**accept, "Authorization": f"Token {token}x"},
+        json=INITIALIZE,
+        headers={**ACCEPT, "Authorization": f"Token {token}x"},
         timeout=30,
     )
     right = requests.post(
-        mcp_url, json=initialize, headers={**accept, "Authorization": f"Token {token}"}, timeout=30
+        mcp_url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"Token {token}"}, timeout=30
     )
 
     assert missing.status_code == 401
@@ -346,6 +349,33 @@ def test_over_http_a_missing_or_wrong_token_is_answered_401(mcp_url: str, token:
     assert wrong.status_code == 401
     assert wrong.json()["error"]["message"] == "Invalid token, or the agent is disabled."
     assert right.status_code == 200
+
+
+def test_over_http_an_agent_without_a_policy_is_answered_403(mcp_url: str) -> None:
+    token = "tg_without_a_policy_0123456789"
+    Agent.objects.create(name="no-policy", token_prefix=token[:10], token_hash=token_hash(token))
+
+    response = requests.post(
+        mcp_url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"Token {token}"}, timeout=30
+    )
+
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "permission_denied"
+
+
+def test_over_http_the_agents_requests_are_throttled_as_on_the_api(
+    mcp_url: str, token: str, settings: Settings
+) -> None:
+    settings.TOOLGATE_AGENT_THROTTLE_RATE = "2/min"
+    headers = {**ACCEPT, "Authorization": f"Token {token}"}
+
+    answers = [
+        requests.post(mcp_url, json=INITIALIZE, headers=headers, timeout=30) for _ in range(3)
+    ]
+
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert answers[2].json()["error"]["code"] == "throttled"
+    assert int(answers[2].headers["Retry-After"]) > 0
 
 
 def test_over_http_a_stateless_client_uses_the_hosts_session_header(
