@@ -18,6 +18,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from importlib import metadata
 from typing import Any, TypeVar
 
 import anyio
@@ -158,6 +159,13 @@ async def _in_django(work: Callable[[], _T]) -> _T:
     return await anyio.to_thread.run_sync(run)
 
 
+def _version() -> str:
+    try:
+        return metadata.version("toolgate")
+    except metadata.PackageNotFoundError:  # pragma: no cover - run from a tree not installed
+        return ""
+
+
 HostOf = Callable[[ServerRequestContext[Any, Any]], Host]
 
 
@@ -181,9 +189,10 @@ def mcp_server(host_of: HostOf) -> Server[Any]:
 
     return Server(
         SERVER_NAME,
+        version=_version(),
         instructions="Toolgate checks every tool call before anything happens. Amounts are "
         "integers in minor units; a refund may be held for a human (CONFIRMATION_REQUIRED): "
-        "tell the user, and check it later with get_confirmation_status if you may.",
+        "tell the user, and check it later with get_confirmation_status where you have that tool.",
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )

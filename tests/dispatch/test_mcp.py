@@ -24,6 +24,7 @@ import httpx2
 import pytest
 import requests
 import uvicorn
+from django.core.management import CommandError
 from django.db import connection
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -34,7 +35,7 @@ from dispatch import mcp
 from dispatch.models import Agent, AuditRecord, CallChannel, Confirmation, Session
 from dispatch.services import token_hash
 from orders.tools import GetOrderArguments, RefundOrderArguments
-from tests.conftest import Ledger, MakeAgent, require_service
+from tests.conftest import Ledger, MakeAgent, Run, require_service
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
@@ -437,3 +438,10 @@ def test_over_stdio_a_missing_or_wrong_token_stops_the_server_with_a_clear_messa
     assert completed.returncode == 1
     assert message in completed.stderr
     assert completed.stdout == ""
+
+
+def test_over_http_the_customer_is_not_an_option_of_the_server(run: Run) -> None:
+    with pytest.raises(CommandError) as refused:
+        run("mcp_serve", "--transport", "http", "--customer", "CUS-1")
+
+    assert mcp.CUSTOMER_HEADER in str(refused.value)

@@ -25,7 +25,12 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+        parser.add_argument(
+            "--transport",
+            choices=("stdio", "http"),
+            default="stdio",
+            help="stdio for a client that starts the server (default), http for remote clients",
+        )
         parser.add_argument(
             "--customer",
             help="stdio: the customer the host authenticated; every call of this process is "
