@@ -26,6 +26,7 @@ import mcp.types as types
 from django.db import connections
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
 from rest_framework.exceptions import AuthenticationFailed
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
@@ -213,8 +214,6 @@ def stdio_host(token: str, customer_id: str | None) -> HostOf:
 
 
 async def serve_stdio(host_of: HostOf) -> None:
-    from mcp.server.stdio import stdio_server
-
     server = mcp_server(host_of)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
