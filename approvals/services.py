@@ -233,7 +233,12 @@ def confirmation_execute(*, confirmation_id: str) -> Confirmation:
     result, status = execute_with_retries(
         spec,
         arguments,
-        ExecutionContext(confirmation.customer_id, confirmation.execution_key, reviewers),
+        ExecutionContext(
+            confirmation.customer_id,
+            confirmation.execution_key,
+            reviewers,
+            agent_id=str(confirmation.agent_id),
+        ),
         call_id=confirmation.pk,
         retry=RetryPolicy(),
         sleep=time.sleep,

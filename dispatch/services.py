@@ -13,7 +13,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
-from dispatch.models import Agent, Policy
+from dispatch.models import Agent, CallChannel, Policy
 from dispatch.pipeline.engine import Limits, Pipeline
 from dispatch.pipeline.results import CallResult
 from dispatch.pipeline.tools import ToolCall
@@ -123,9 +123,12 @@ def call_dispatch(
     arguments: str | Mapping[str, Any],
     context: str = "",
     on_result: Callable[[CallResult], None] | None = None,
+    channel: str = CallChannel.API,
     clock: Callable[[], datetime] | None = None,
 ) -> CallResult:
     """Run one raw tool call through the pipeline; raises SessionConflict for a foreign session.
+
+    `channel` is how the call came in (the API, or the MCP server), which its audit record keeps.
 
     `on_result` is called with the result inside the call's transaction, before it commits: what
     must commit with the call's effect or not at all (the host's Idempotency-Key answer).
@@ -149,7 +152,7 @@ def call_dispatch(
     # key's row lock, then replays the outcome. Any other call runs in the backend's read scope.
     scope = transaction.atomic() if prepared.writes else backend().read_scope()
     with scope, connection.cursor() as cursor:
-        result = pipeline.run_prepared(prepared, OrmState(cursor, tool_registry))
+        result = pipeline.run_prepared(prepared, OrmState(cursor, tool_registry, channel=channel))
         if on_result is not None:
             on_result(result)
         return result

@@ -576,7 +576,7 @@ class Pipeline:
         return execute_with_retries(
             spec,
             arguments,
-            ExecutionContext(call.customer_id, key, approved_by, read_ahead),
+            ExecutionContext(call.customer_id, key, approved_by, read_ahead, call.agent_id),
             call_id=call_id,
             retry=self.retry,
             sleep=self.sleep,

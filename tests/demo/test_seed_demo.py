@@ -74,7 +74,7 @@ def test_it_creates_the_demo_agent_with_the_documented_token_stored_as_a_hash(ru
     assert DEMO_TOKEN in output
     policy = agent.current_policy
     assert policy is not None
-    assert sorted(policy.allowed_tools) == ["get_order", "refund_order"]
+    assert sorted(policy.allowed_tools) == ["get_confirmation_status", "get_order", "refund_order"]
     assert policy.max_amount_cents == 50_000
     assert policy.auto_approve_below_cents == 5_000
     assert policy.two_reviewers_from_cents == 30_000
@@ -155,7 +155,11 @@ def test_it_sets_the_token_of_an_existing_demo_agent(run: Run) -> None:
     assert agent_authenticate(old_token) is None
     assert agent.current_policy is not None
     assert agent.current_policy.version == 2
-    assert sorted(agent.current_policy.allowed_tools) == ["get_order", "refund_order"]
+    assert sorted(agent.current_policy.allowed_tools) == [
+        "get_confirmation_status",
+        "get_order",
+        "refund_order",
+    ]
     assert "tg_another_demo_token_42" in output
 
 
