@@ -898,7 +898,13 @@ def run_simulation(
             if progress is not None:
                 progress(done, sum(len(r.calls) for r in reports if r is not None))
 
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+    if concurrency <= 1:
+        # In this thread, on its database connection (and inside its transaction, if any).
+        for index in range(len(plan)):
+            play(index)
+        return _report(run_id, seed, reports, started, started_at)
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
         futures = [pool.submit(play, index) for index in range(len(plan))]
         finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
         failed = next((f for f in finished if f.exception() is not None), None)
@@ -909,6 +915,16 @@ def run_simulation(
             assert error is not None
             raise error
 
+    return _report(run_id, seed, reports, started, started_at)
+
+
+def _report(
+    run_id: str,
+    seed: int,
+    reports: Sequence[SessionReport | None],
+    started: float,
+    started_at: datetime,
+) -> SimulationReport:
     return SimulationReport(
         run_id=run_id,
         seed=seed,

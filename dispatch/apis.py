@@ -335,6 +335,7 @@ def _call_as_dict(record: AuditRecord) -> dict[str, Any]:
         "arguments": record.arguments,
         "confirmation_id": record.confirmation_id or None,
         "duration_ms": round(record.duration_ms, 3),
+        "channel": record.channel,
     }
 
 

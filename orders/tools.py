@@ -192,6 +192,7 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             "already refunded. Read-only.",
             arguments=GetOrderArguments,
             handler=get_order,
+            idempotent=True,
             codes=(ORDER_NOT_FOUND,),
             lookup=_the_order,
         ),
@@ -205,6 +206,10 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             handler=refund_order,
             writes=True,
             risk=Risk.HIGH,
+            # Money that leaves cannot be taken back by another call; an identical call in the
+            # same session is replayed, never refunded twice.
+            destructive=True,
+            idempotent=True,
             amount_field="amount_cents",
             currency_field="currency",
             subject_field="order_id",

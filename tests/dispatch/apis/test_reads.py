@@ -156,6 +156,7 @@ def test_the_code_catalogue_lists_every_code_with_its_meaning(api: AgentClient) 
         "POLICY_LIMIT",
         "CONFIRMATION_REQUIRED",
         "CONFIRMATION_REJECTED",
+        "CONFIRMATION_NOT_FOUND",
         "UPSTREAM_UNAVAILABLE",
         "INTERNAL_ERROR",
     }
