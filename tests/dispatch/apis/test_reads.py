@@ -64,12 +64,17 @@ def test_the_openai_format_is_a_list_of_function_tools(api: AgentClient) -> None
 
 
 def test_the_openai_format_says_strict_exactly_where_strict_mode_accepts_the_schema(
-    api: AgentClient,
+    make_agent: MakeAgent, client_for: ClientFor
 ) -> None:
+    everything = ["get_order", "refund_order", "get_confirmation_status"]
+    api = client_for(make_agent(allowed_tools=everything)[1])
+
     listed = {tool["function"]["name"]: tool["function"] for tool in tools(api, "openai")}
 
+    assert sorted(listed) == sorted(everything)
     for function in listed.values():
         assert function.get("strict", False) is openai_strict_accepts(function["parameters"])
+    assert listed["get_confirmation_status"]["strict"] is True
     # The order id's maxLength is not among the keywords OpenAI's strict mode documents.
     assert listed["refund_order"]["parameters"]["properties"]["order_id"]["maxLength"] == 16
     assert "strict" not in listed["refund_order"]
