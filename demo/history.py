@@ -105,7 +105,7 @@ def demo_history_seed(
     trace.setLevel(logging.WARNING)
     try:
         report = run_simulation(
-            client=client,  # type: ignore[arg-type]
+            client=client,
             orders=orders,
             sessions=sessions,
             mix=DEFAULT_MIX,

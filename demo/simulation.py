@@ -21,7 +21,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from orders.tools import CURRENCIES, REFUND_REASONS
 from toolgate_client import (
@@ -85,6 +85,17 @@ class CallRecord:
     @property
     def rejected(self) -> bool:
         return not self.passes and not self.envelope_error
+
+
+class AgentHost(Protocol):
+    """What a conversation calls: the agent API over HTTP (ApiClient), or the pipeline in this
+    process (demo.history)."""
+
+    def codes(self) -> list[dict[str, Any]]: ...
+
+    def call(
+        self, *, session_id: str, customer_id: str, tool: str, arguments: str | Mapping[str, Any]
+    ) -> dict[str, Any]: ...
 
 
 class ApiClient:
@@ -377,7 +388,7 @@ class Conversation:
     def __init__(
         self,
         *,
-        client: ApiClient,
+        client: AgentHost,
         session_id: str,
         order: OrderFact,
         other_order: OrderFact | None,
@@ -854,7 +865,7 @@ def _percent(part: int, whole: int) -> str:
 
 def run_simulation(
     *,
-    client: ApiClient,
+    client: AgentHost,
     orders: Sequence[OrderFact],
     sessions: int,
     mix: Mapping[str, int],
