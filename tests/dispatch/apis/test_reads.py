@@ -74,10 +74,8 @@ def test_the_openai_format_says_strict_exactly_where_strict_mode_accepts_the_sch
     assert sorted(listed) == sorted(everything)
     for function in listed.values():
         assert function.get("strict", False) is openai_strict_accepts(function["parameters"])
-    assert listed["get_confirmation_status"]["strict"] is True
-    # The order id's maxLength is not among the keywords OpenAI's strict mode documents.
-    assert listed["refund_order"]["parameters"]["properties"]["order_id"]["maxLength"] == 16
-    assert "strict" not in listed["refund_order"]
+    # Every declared tool is one strict mode takes: the provider constrains the arguments too.
+    assert all(function["strict"] is True for function in listed.values())
 
 
 def test_the_anthropic_format_is_a_list_of_tools_with_an_input_schema(api: AgentClient) -> None:
