@@ -24,6 +24,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
+from dispatch.pipeline.strictjson import WrittenFloat
+
 # A model that sends a thousand unknown fields is told about the first few.
 MAX_PARTS = 8
 # How much of a value the message repeats back.
@@ -156,6 +158,8 @@ def _echo(value: object) -> str:
         if len(value) <= ECHO_CHARS:
             return json.dumps(value)
         return f"{json.dumps(value[:ECHO_CHARS])}..."
+    if isinstance(value, WrittenFloat) and len(value.written) <= ECHO_CHARS:
+        return value.written
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
         # Too long to repeat (and Python refuses to print an int of more than 4300 digits).
         return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
@@ -268,7 +272,9 @@ def _scale(description: str | None) -> _Scale | None:
 
 def _number_of(value: object) -> Decimal | None:
     """What a model meant as a number: a float, or a string that holds a plain decimal."""
-    if isinstance(value, float):
+    if isinstance(value, WrittenFloat):
+        text = value.written
+    elif isinstance(value, float):
         # The shortest text that reads back as the float: 25.9, not 25.899999999999998578.
         text = repr(value)
     elif isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):

@@ -23,9 +23,22 @@ def _refuse_constant(name: str) -> Any:
     raise StrictJSONError(f"{name} is not JSON; numbers must be finite")
 
 
+class WrittenFloat(float):
+    """A float that remembers how the model wrote it: 80.00 and 80.0 are the same number, but
+    the first was written as money (messages.py tells the two apart)."""
+
+    __slots__ = ("written",)
+    written: str
+
+    def __new__(cls, text: str) -> WrittenFloat:
+        value = super().__new__(cls, text)
+        value.written = text
+        return value
+
+
 def _finite_float(text: str) -> float:
     # Called by the scanner for each number with a fraction or an exponent, and only for those.
-    value = float(text)
+    value = WrittenFloat(text)
     if not math.isfinite(value):
         raise StrictJSONError("a number is out of range")
     return value

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dispatch.pipeline.messages import ECHO_CHARS, MAX_PARTS, describe_validation_error
+from dispatch.pipeline.strictjson import loads
 from orders.tools import GetOrderArguments, RefundOrderArguments
 
 VALID = {"order_id": "ORD-1001", "amount_cents": 1000, "currency": "BRL", "reason": "damaged"}
@@ -406,3 +407,27 @@ def test_the_hints_of_another_domain_come_from_its_declarations(
     message = message_for(Booking, {**BOOKING, **changes}, strict=changes.get("cabin") is None)
 
     assert message == expected
+
+
+# What the model wrote, where it arrived as text ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("written", "hint"),
+    [
+        (
+            "80.00",
+            "80.00 is not an integer (send an integer in minor units, such as 8000 for 80.00)",
+        ),
+        ("2590.0", "2590.0 is not an integer (send the number 2590)"),
+        ("25.9", "25.9 is not an integer (send an integer in minor units, such as 2590 for 25.90)"),
+    ],
+)
+def test_a_number_written_as_money_is_told_in_minor_units(written: str, hint: str) -> None:
+    arguments = loads(
+        json.dumps(VALID).replace('"amount_cents": 1000', f'"amount_cents": {written}')
+    )
+
+    message = message_for(RefundOrderArguments, arguments)
+
+    assert message == f"amount_cents: {hint}"
