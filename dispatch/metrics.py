@@ -23,7 +23,16 @@ from itertools import islice
 from typing import Any, TypeVar
 
 from django.db import connection, transaction
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    FilteredRelation,
+    Q,
+    QuerySet,
+    Sum,
+)
 from django.db.models.functions import TruncDay, TruncHour
 from django.utils import timezone
 
@@ -240,8 +249,8 @@ def confirmation_outcomes(
     ):
         histograms[decided_by][bucket] += decisions
     ends = held.filter(_outside_days("created_at", since, until, first_day, last_day))
-    for _, _, _, decided_by, bucket in _decisions(ends):
-        histograms[decided_by][bucket] += 1
+    for decider, wait in _decided(ends).iterator():
+        histograms[decider or BY_EXPIRY][decision_bucket(wait.total_seconds())] += 1
     overall: dict[int, int] = defaultdict(int)
     for histogram in histograms.values():
         for bucket, decisions in histogram.items():
@@ -309,23 +318,19 @@ _DECISION_COUNT = """
 """
 
 
-def _decisions(held: QuerySet[Confirmation]) -> Iterator[tuple[date, int, str, str, int]]:
-    """Each decided held call as the histogram counts it: the UTC day of its hold, its agent and
-    tool, who decided it (BY_EXPIRY for an expiry) and its bucket."""
-    decided = held.filter(decided_at__isnull=False)
-    deciders = dict(
-        decided.filter(events__kind__in=DECISION_EVENTS).values_list("pk", "events__actor_label")
-    )
-    for pk, agent_id, tool, created, decided_at in decided.values_list(
-        "pk", "agent_id", "tool", "created_at", "decided_at"
-    ).iterator():
-        yield (
-            _utc_day(created),
-            agent_id,
-            tool,
-            deciders.get(pk, BY_EXPIRY),
-            decision_bucket(_seconds(created, decided_at)),
+def _decided(held: QuerySet[Confirmation], *fields: str) -> QuerySet[Confirmation, Any]:
+    """Of each decided held call, the `fields` asked for, who decided it (None for an expiry)
+    and how long it took."""
+    return (
+        held.filter(decided_at__isnull=False)
+        .annotate(
+            decision=FilteredRelation("events", condition=Q(events__kind__in=DECISION_EVENTS)),
+            decider=F("decision__actor_label"),
+            wait=ExpressionWrapper(F("decided_at") - F("created_at"), output_field=DurationField()),
         )
+        .order_by()
+        .values_list(*fields, "decider", "wait")
+    )
 
 
 def _utc_day(moment: datetime) -> date:
@@ -626,8 +631,10 @@ def _days_of(hours: Counts) -> DayCounts:
 
 def _decisions_of_held() -> DecisionCounts:
     counts: DecisionCounts = defaultdict(int)
-    for key in _decisions(Confirmation.objects.order_by()):
-        counts[key] += 1
+    decided = _decided(Confirmation.objects.all(), "created_at", "agent_id", "tool")
+    for created, agent_id, tool, decider, wait in decided.iterator():
+        bucket = decision_bucket(wait.total_seconds())
+        counts[_utc_day(created), agent_id, tool, decider or BY_EXPIRY, bucket] += 1
     return dict(counts)
 
 
