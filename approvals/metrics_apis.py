@@ -20,6 +20,14 @@ from dispatch.apis import JsonApi
 from dispatch.envelopes import ErrorEnvelope
 from dispatch.metrics import call_figures, confirmation_outcomes, policy_what_if
 from dispatch.models import Agent
+from dispatch.pipeline.what_if import (
+    DRAFT_FIELDS,
+    OUTCOMES,
+    DraftError,
+    Tally,
+    WhatIf,
+    draft_of,
+)
 
 MANAGERS = "managers"
 LONGEST_RANGE = timedelta(days=366)
@@ -107,15 +115,6 @@ def _moment(text: str | None, name: str) -> datetime | None:
     return moment if timezone.is_aware(moment) else moment.replace(tzinfo=UTC)
 
 
-# The policy fields a what-if may change, with their bounds.
-WHAT_IF_FIELDS = {
-    "auto_approve_below_cents": (0, 2**63 - 1),
-    "auto_approve_window_seconds": (60, 2**31 - 1),
-    "daily_cap_cents": (0, 2**63 - 1),
-    "max_amount_cents": (1, 2**63 - 1),
-}
-
-
 class PolicyWhatIfApi(JsonApi):
     authentication_classes = [SessionAuthentication, PersonalTokenAuthentication]
     permission_classes = [IsManager]
@@ -123,17 +122,31 @@ class PolicyWhatIfApi(JsonApi):
     @extend_schema(
         operation_id="metrics_policy_what_if",
         summary="What a policy change would have done to an agent's past calls (managers only)",
+        description=(
+            "The agent's recorded money-moving calls in the range are judged again by the "
+            "pipeline's policy stages under its current policy with the given changes. Outcomes: "
+            + ", ".join(OUTCOMES)
+            + ". Money is in minor units per currency. Nothing executes and nothing is written."
+        ),
         parameters=[
             OpenApiParameter("agent", int, required=True, description="an agent's id"),
             OpenApiParameter("since", str, description="ISO 8601; default: 7 days ago"),
             OpenApiParameter("until", str, description="ISO 8601; default: now"),
             *[
-                OpenApiParameter(name, int, description="the changed value")
-                for name in WHAT_IF_FIELDS
+                OpenApiParameter(
+                    name,
+                    str,
+                    description=f"the draft value, {low} to {high}"
+                    + ("; empty for no such limit" if nullable else ""),
+                )
+                for name, (low, high, nullable) in DRAFT_FIELDS.items()
             ],
         ],
         responses={
-            200: OpenApiResponse(description="actual and what-if tallies: (calls, cents)"),
+            200: OpenApiResponse(
+                description="per outcome, the recorded and the draft's calls and money; the "
+                "calls that would move between outcomes, with examples"
+            ),
             400: ErrorEnvelope,
             401: ErrorEnvelope,
             403: ErrorEnvelope,
@@ -142,19 +155,81 @@ class PolicyWhatIfApi(JsonApi):
     def get(self, request: Request) -> Response:
         params = request.query_params
         since, until = _range(params, default=timedelta(days=7))
-        agent = params.get("agent", "")
-        if not agent.isdigit() or not Agent.objects.filter(pk=int(agent)).exists():
+        agent_id = params.get("agent", "")
+        agent = (
+            Agent.objects.select_related("current_policy").filter(pk=int(agent_id)).first()
+            if agent_id.isdigit() and len(agent_id) < 19
+            else None
+        )
+        if agent is None:
             raise ValidationError({"agent": "must be the id of an agent"})
-        changes: dict[str, int] = {}
-        for name, (low, high) in WHAT_IF_FIELDS.items():
+        if agent.current_policy is None:
+            raise ValidationError({"agent": f"agent {agent.name} has no policy"})
+        policy = agent.current_policy.snapshot()
+        changes: dict[str, int | None] = {}
+        for name, (_, _, nullable) in DRAFT_FIELDS.items():
             text = params.get(name)
             if text is None:
                 continue
-            if not text.isdigit() or not low <= int(text) <= high:
-                raise ValidationError({name: f"must be a whole number from {low} to {high}"})
-            changes[name] = int(text)
+            if text == "" and nullable:
+                changes[name] = None
+            elif text.isdigit() and len(text) < 20:
+                changes[name] = int(text)
+            else:
+                also = ", or empty for no such limit" if nullable else ""
+                raise ValidationError({name: f"must be a whole number{also}"})
         try:
-            result = policy_what_if(agent_id=int(agent), since=since, until=until, changes=changes)
-        except ValueError as exc:
-            raise ValidationError({"agent": str(exc)}) from None
-        return Response({"since": since.isoformat(), "until": until.isoformat(), **result})
+            draft = draft_of(policy, changes)
+        except DraftError as error:
+            raise ValidationError({error.field: error.message}) from None
+        result = policy_what_if(agent_id=agent.pk, since=since, until=until, draft=draft)
+        return Response(
+            {
+                "since": since.isoformat(),
+                "until": until.isoformat(),
+                "agent": agent.pk,
+                "policy": {name: getattr(policy, name) for name in DRAFT_FIELDS},
+                "draft": {name: getattr(draft, name) for name in DRAFT_FIELDS},
+                **what_if_as_json(result),
+            }
+        )
+
+
+def what_if_as_json(result: WhatIf) -> dict[str, Any]:
+    def tally(t: Tally) -> dict[str, Any]:
+        return {"calls": t.calls, "cents": dict(t.cents)}
+
+    return {
+        "calls": result.calls,
+        "outcomes": [
+            {
+                "outcome": outcome,
+                "actual": tally(result.actual[outcome]),
+                "what_if": tally(result.draft[outcome]),
+            }
+            for outcome in OUTCOMES
+        ],
+        "moves": [
+            {
+                "from": move.actual,
+                "to": move.draft,
+                **tally(move.tally),
+                "examples": [
+                    {
+                        "call_id": v.call.call_id,
+                        "at": v.call.at.isoformat(),
+                        "session_id": v.call.session_id,
+                        "customer_id": v.call.customer_id,
+                        "tool": v.call.tool,
+                        "subject": v.call.subject,
+                        "amount_cents": v.call.amount_cents,
+                        "currency": v.call.currency,
+                        "reason": v.reason,
+                    }
+                    for v in move.examples
+                ],
+            }
+            for move in result.moves
+        ],
+        "reasons": dict(result.reasons),
+    }

@@ -84,17 +84,21 @@ class NotReconcilable(ConfirmationError):
 MAX_REASON_CHARS = 1000
 
 
-def confirmation_approve(*, confirmation_id: str, reviewer: User) -> Confirmation:
+def confirmation_approve(
+    *, confirmation_id: str, reviewer: User, now: datetime | None = None
+) -> Confirmation:
     """Record the reviewer's approval. Once enough different reviewers approved (the policy's
     reviewers_required) and one of them may approve the amount (ReviewerLimit), re-check the call
     under the agent's current policy and the live state: if it still passes, it becomes approved
-    and its execution is enqueued after commit; if not, invalidated. Raises ConfirmationError."""
-    return _raise_refusal(_approve(confirmation_id, reviewer))
+    and its execution is enqueued after commit; if not, invalidated. Raises ConfirmationError.
+    `now` is the decision's time (a demo's history gives its own; by default, now)."""
+    return _raise_refusal(_approve(confirmation_id, reviewer, now or timezone.now()))
 
 
 @transaction.atomic
-def _approve(confirmation_id: str, reviewer: User) -> Confirmation | ConfirmationError:
-    now = timezone.now()
+def _approve(
+    confirmation_id: str, reviewer: User, now: datetime
+) -> Confirmation | ConfirmationError:
     confirmation = _pending_locked(confirmation_id, now)
     if isinstance(confirmation, ConfirmationError):
         return confirmation
@@ -149,17 +153,20 @@ def _approve(confirmation_id: str, reviewer: User) -> Confirmation | Confirmatio
     return confirmation
 
 
-def confirmation_reject(*, confirmation_id: str, reviewer: User, reason: str) -> Confirmation:
+def confirmation_reject(
+    *, confirmation_id: str, reviewer: User, reason: str, now: datetime | None = None
+) -> Confirmation:
     """Reject with a reason (required), which reaches the model. Raises ConfirmationError."""
     reason = " ".join(reason.split())[:MAX_REASON_CHARS]
     if not reason:
         raise ReasonRequired("Say why it is rejected: the agent passes the reason on.")
-    return _raise_refusal(_reject(confirmation_id, reviewer, reason))
+    return _raise_refusal(_reject(confirmation_id, reviewer, reason, now or timezone.now()))
 
 
 @transaction.atomic
-def _reject(confirmation_id: str, reviewer: User, reason: str) -> Confirmation | ConfirmationError:
-    now = timezone.now()
+def _reject(
+    confirmation_id: str, reviewer: User, reason: str, now: datetime
+) -> Confirmation | ConfirmationError:
     confirmation = _pending_locked(confirmation_id, now)
     if isinstance(confirmation, ConfirmationError):
         return confirmation
@@ -185,10 +192,10 @@ def _reject(confirmation_id: str, reviewer: User, reason: str) -> Confirmation |
 
 
 @transaction.atomic
-def confirmation_expire(*, confirmation_id: str) -> Confirmation:
-    """Mark a pending confirmation past its expiry as expired (no-op otherwise)."""
+def confirmation_expire(*, confirmation_id: str, now: datetime | None = None) -> Confirmation:
+    """Mark a pending confirmation past its expiry (by `now`) as expired; no-op otherwise."""
     confirmation = _locked(confirmation_id)
-    _expire_if_due(confirmation, timezone.now())
+    _expire_if_due(confirmation, now or timezone.now())
     return confirmation
 
 
@@ -231,7 +238,12 @@ def confirmation_execute(*, confirmation_id: str) -> Confirmation:
     result, status = execute_with_retries(
         spec,
         arguments,
-        ExecutionContext(confirmation.customer_id, confirmation.execution_key, reviewers),
+        ExecutionContext(
+            confirmation.customer_id,
+            confirmation.execution_key,
+            reviewers,
+            agent_id=str(confirmation.agent_id),
+        ),
         call_id=confirmation.pk,
         retry=RetryPolicy(),
         sleep=time.sleep,

@@ -13,7 +13,7 @@ DEMO_AGENT_NAME = "demo-agent"
 DEMO_TOKEN = "tg_demo_local_only_0123456789abcdef"
 DEMO_PASSWORD = "toolgate-demo"
 DEMO_BASE_URL = "http://127.0.0.1:8000"
-DEMO_TOOLS = ("get_order", "refund_order")
+DEMO_TOOLS = ("get_order", "refund_order", "get_confirmation_status")
 
 
 def demo_token() -> str:

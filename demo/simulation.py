@@ -21,11 +21,18 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
-
-import requests
+from typing import Any, Protocol, TypeVar
 
 from orders.tools import CURRENCIES, REFUND_REASONS
+from toolgate_client import (
+    AuthenticationError,
+    ConnectionFailedError,
+    ThrottledError,
+    Toolgate,
+    ToolgateError,
+)
+
+Answer = TypeVar("Answer")
 
 # Codes the simulator itself needs to tell apart; the catalogue comes from GET /api/v1/codes.
 OK = "OK"
@@ -80,89 +87,101 @@ class CallRecord:
         return not self.passes and not self.envelope_error
 
 
+class AgentHost(Protocol):
+    """What a conversation calls: the agent API over HTTP (ApiClient), or the pipeline in this
+    process (demo.history)."""
+
+    def codes(self) -> list[dict[str, Any]]: ...
+
+    def call(
+        self, *, session_id: str, customer_id: str, tool: str, arguments: str | Mapping[str, Any]
+    ) -> dict[str, Any]: ...
+
+
 class ApiClient:
-    """The agent API over HTTP."""
+    """The agent API through toolgate_client, with what a simulation needs around it: waits out
+    throttling, and says what to do when the server is not there or refuses the token."""
 
     def __init__(self, *, base_url: str, token: str, timeout: float = 30.0) -> None:
         self.base_url = base_url.rstrip("/")
-        self.headers = {"Authorization": f"Token {token}"}
+        self.token = token
         self.timeout = timeout
         self.reached = False
 
-    def _send(self, method: str, path: str, body: Any = None) -> requests.Response:
-        url = f"{self.base_url}{path}"
-        for _ in range(THROTTLE_RETRIES + 1):
+    def _toolgate(self) -> Toolgate:
+        # A new client, so a new connection, per call, on purpose: Django's development server
+        # answers a kept-alive connection in two small writes, which Nagle's algorithm and
+        # delayed ACKs turn into a 40 ms wait per call.
+        return Toolgate(self.base_url, self.token, timeout=self.timeout)
+
+    def _send(self, operation: Callable[[Toolgate], Answer]) -> Answer:
+        for attempt in range(THROTTLE_RETRIES + 1):
             try:
-                # A new connection per call, on purpose: Django's development server answers a
-                # kept-alive connection in two small writes, which Nagle's algorithm and delayed
-                # ACKs turn into a 40 ms wait per call.
-                response = requests.request(
-                    method, url, json=body, headers=self.headers, timeout=self.timeout
-                )
-            except requests.ConnectionError as exc:
-                if self.reached:
-                    raise SimulationError(
-                        f"Lost the connection to {self.base_url}: {exc}. Is the server still up?"
-                    ) from None
-                raise SimulationError(
-                    f"Cannot connect to {self.base_url}. Start the server first (`make demo`), "
-                    "or point --base-url at it."
-                ) from None
-            except requests.Timeout:
-                raise SimulationError(
-                    f"{self.base_url} did not answer within {self.timeout:g} s."
-                ) from None
-            self.reached = True
-            if response.status_code == 401:
+                with self._toolgate() as toolgate:
+                    answer = operation(toolgate)
+            except ConnectionFailedError as exc:
+                raise self._unreachable(exc) from None
+            except AuthenticationError:
                 raise SimulationError(
                     f"{self.base_url} refused the token. Run `manage.py seed_demo` to set the "
                     "demo agent's token, or pass the token of an agent with --token."
-                )
-            if response.status_code != 429:
-                return response
-            # Throttled before the pipeline ran: wait as told, then send the same call again.
-            time.sleep(min(float(response.headers.get("Retry-After") or 1), 5.0))
-        return response
+                ) from None
+            except ThrottledError as exc:
+                self.reached = True
+                if attempt == THROTTLE_RETRIES:
+                    raise
+                # Throttled before the pipeline ran: wait as told, then send the same call again.
+                time.sleep(min(exc.retry_after or 1.0, 5.0))
+                continue
+            except ToolgateError:
+                self.reached = True
+                raise
+            self.reached = True
+            return answer
+        raise AssertionError("unreachable")
+
+    def _unreachable(self, exc: ConnectionFailedError) -> SimulationError:
+        if exc.code == "timeout":
+            return SimulationError(f"{self.base_url} did not answer within {self.timeout:g} s.")
+        if self.reached:
+            return SimulationError(
+                f"Lost the connection to {self.base_url}: {exc.message}. Is the server still up?"
+            )
+        return SimulationError(
+            f"Cannot connect to {self.base_url}. Start the server first (`make demo`), "
+            "or point --base-url at it."
+        )
 
     def codes(self) -> list[dict[str, Any]]:
-        response = self._send("GET", "/api/v1/codes")
-        document = _json_of(response, self.base_url)
-        if response.status_code != 200 or not isinstance(document, dict):
+        try:
+            return self._send(lambda toolgate: toolgate.codes())
+        except ToolgateError as exc:
             raise SimulationError(
-                f"{self.base_url}/api/v1/codes answered {response.status_code}: "
-                "is this a Toolgate server?"
-            )
-        return list(document.get("codes", []))
+                f"{self.base_url}/api/v1/codes answered {exc.status}: is this a Toolgate server?"
+            ) from None
 
     def call(
         self, *, session_id: str, customer_id: str, tool: str, arguments: str | Mapping[str, Any]
     ) -> dict[str, Any]:
-        envelope = {
-            "session_id": session_id,
-            "customer_id": customer_id,
-            "tool": tool,
-            "arguments": arguments,
-        }
-        response = self._send("POST", "/api/v1/calls", envelope)
-        document = _json_of(response, self.base_url)
-        if response.status_code == 200 and isinstance(document, dict) and "code" in document:
-            return document
-        error = document.get("error", {}) if isinstance(document, dict) else {}
-        return {
-            "ok": False,
-            "code": f"HTTP_{response.status_code}",
-            "message": str(error.get("message", ""))[:200],
-            "data": {},
-        }
-
-
-def _json_of(response: requests.Response, base_url: str) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        if response.status_code == 200:
-            raise SimulationError(f"{base_url} answered with something else than JSON.") from None
-        return None
+        try:
+            result = self._send(
+                lambda toolgate: toolgate.call(
+                    tool, arguments, session_id=session_id, customer_id=customer_id
+                )
+            )
+        except ToolgateError as exc:
+            if exc.status == 200:
+                raise SimulationError(
+                    f"{self.base_url} answered with something else than JSON."
+                ) from None
+            # Refused before the pipeline: no result, no audit record.
+            return {
+                "ok": False,
+                "code": f"HTTP_{exc.status}",
+                "message": exc.message[:200],
+                "data": {},
+            }
+        return result.as_dict()
 
 
 # What a model picks out of the text it got back: each is a way a message can say what to send.
@@ -369,7 +388,7 @@ class Conversation:
     def __init__(
         self,
         *,
-        client: ApiClient,
+        client: AgentHost,
         session_id: str,
         order: OrderFact,
         other_order: OrderFact | None,
@@ -846,7 +865,7 @@ def _percent(part: int, whole: int) -> str:
 
 def run_simulation(
     *,
-    client: ApiClient,
+    client: AgentHost,
     orders: Sequence[OrderFact],
     sessions: int,
     mix: Mapping[str, int],
@@ -890,7 +909,13 @@ def run_simulation(
             if progress is not None:
                 progress(done, sum(len(r.calls) for r in reports if r is not None))
 
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+    if concurrency <= 1:
+        # In this thread, on its database connection (and inside its transaction, if any).
+        for index in range(len(plan)):
+            play(index)
+        return _report(run_id, seed, reports, started, started_at)
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
         futures = [pool.submit(play, index) for index in range(len(plan))]
         finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
         failed = next((f for f in finished if f.exception() is not None), None)
@@ -901,6 +926,16 @@ def run_simulation(
             assert error is not None
             raise error
 
+    return _report(run_id, seed, reports, started, started_at)
+
+
+def _report(
+    run_id: str,
+    seed: int,
+    reports: Sequence[SessionReport | None],
+    started: float,
+    started_at: datetime,
+) -> SimulationReport:
     return SimulationReport(
         run_id=run_id,
         seed=seed,

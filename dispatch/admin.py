@@ -408,9 +408,10 @@ class AuditRecordAdmin(ReadOnlyAdmin):
         "code",
         "ok",
         "replayed",
+        "channel",
         "duration_ms",
     )
-    list_filter = ("ok", "code", "tool", "replayed", "agent")
+    list_filter = ("ok", "code", "tool", "replayed", "channel", "agent")
     list_select_related = ("agent",)
     search_fields = ("session_id", "call_id", "customer_id", "confirmation_id")
     date_hierarchy = "at"

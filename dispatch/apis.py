@@ -265,10 +265,26 @@ class ToolListApi(AgentApi):
         summary="The tools this agent may call",
         parameters=[
             OpenApiParameter(
-                "format", str, enum=sorted(FORMATS), default="neutral", description="shape"
+                "format",
+                str,
+                enum=sorted(FORMATS),
+                default="neutral",
+                description=(
+                    "The shape of each tool. `neutral`: Toolgate's own, with the input schema and "
+                    "the flags (writes, risk, codes). `openai`: Chat Completions function tools, "
+                    '`{"type": "function", "function": {"name", "description", "parameters"}}`, '
+                    'with `"strict": true` where the schema is one OpenAI\'s strict mode accepts '
+                    "(every object closed, every property required, only supported keywords). "
+                    '`anthropic`: Messages API tools, `{"name", "description", "input_schema"}`. '
+                    "Any other value is a 400."
+                ),
             )
         ],
-        responses={200: ToolListDoc, 400: ErrorEnvelope, **ERRORS},
+        responses={
+            200: ToolListDoc,
+            400: OpenApiResponse(ErrorEnvelope, description="unknown format"),
+            **ERRORS,
+        },
     )
     def get(self, request: Request) -> Response:
         shape = request.query_params.get("format", "neutral")
@@ -319,6 +335,7 @@ def _call_as_dict(record: AuditRecord) -> dict[str, Any]:
         "arguments": record.arguments,
         "confirmation_id": record.confirmation_id or None,
         "duration_ms": round(record.duration_ms, 3),
+        "channel": record.channel,
     }
 
 

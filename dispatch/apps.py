@@ -6,3 +6,11 @@ class DispatchConfig(AppConfig):
     name = "dispatch"
     # Written once, never changed: `db_roles` grants the application's role no UPDATE or DELETE.
     append_only_models = ("AuditRecord",)
+
+    def ready(self) -> None:
+        # Imported here: the tool reads models, which need the app registry ready.
+        from dispatch.registry import tool_registry
+        from dispatch.tools import dispatch_tools
+
+        for spec in dispatch_tools():
+            tool_registry.register(spec)

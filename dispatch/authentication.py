@@ -24,7 +24,12 @@ class AgentTokenAuthentication(BaseAuthentication):
     refusal = "Invalid token, or the agent is disabled."
 
     def authenticate(self, request: Request) -> tuple[Any, str] | None:
-        parts = get_authorization_header(request).split()
+        return self.from_header(get_authorization_header(request))
+
+    def from_header(self, header: bytes) -> tuple[Any, str] | None:
+        """The holder of the token in an Authorization header's value and the token; None when
+        the header names another scheme or is empty. Also what the MCP server authenticates by."""
+        parts = header.split()
         if not parts or parts[0].lower() != self.keyword:
             return None
         if len(parts) != 2:
@@ -55,6 +60,17 @@ class IsAgent(BasePermission):
         return isinstance(request.user, Agent) and request.user.current_policy_id is not None
 
 
+def agent_throttle_wait(agent: Agent) -> float:
+    """Count one request of the agent: the seconds it must wait first, 0 if it may go ahead.
+
+    The API and the MCP server count in the same place. Raises RateLimiterUnavailable.
+    """
+    # Read on every request, so that a changed setting (an override in a test, say) applies to
+    # the very next request.
+    limit, window = parse_rate(str(settings.TOOLGATE_AGENT_THROTTLE_RATE))
+    return request_log().hit(f"throttle:agent:{agent.pk}", limit=limit, window_seconds=window)
+
+
 class AgentRateThrottle(BaseThrottle):
     """TOOLGATE_AGENT_THROTTLE_RATE per agent, counted by dispatch.throttling across processes."""
 
@@ -64,13 +80,8 @@ class AgentRateThrottle(BaseThrottle):
     def allow_request(self, request: Request, view: APIView) -> bool:
         if not isinstance(request.user, Agent):
             return True
-        # Read on every request, so that a changed setting (an override in a test, say)
-        # applies to the very next request.
-        limit, window = parse_rate(str(settings.TOOLGATE_AGENT_THROTTLE_RATE))
         try:
-            self._wait = request_log().hit(
-                f"throttle:agent:{request.user.pk}", limit=limit, window_seconds=window
-            )
+            self._wait = agent_throttle_wait(request.user)
         except RateLimiterUnavailable:
             raise RateLimiterDown() from None
         return self._wait == 0

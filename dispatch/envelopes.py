@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -90,8 +90,8 @@ class CodeCatalogueDoc(BaseModel):
 class ToolListDoc(BaseModel):
     model_config = ConfigDict(title="ToolList")
 
-    format: str
-    tools: list[dict[str, Any]]
+    format: str = Field(description="neutral, openai or anthropic, as asked")
+    tools: list[dict[str, Any]] = Field(description="the tools this agent may call, in that format")
 
 
 class ConfirmationDoc(BaseModel):
@@ -130,6 +130,7 @@ class SessionCallDoc(BaseModel):
     arguments: dict[str, Any] | None
     confirmation_id: str | None
     duration_ms: float
+    channel: Literal["api", "mcp"] = Field(description="how the call came in: the API, or MCP")
 
 
 class SessionCallsDoc(BaseModel):

@@ -13,7 +13,6 @@ ends from finer ones, so what it reads grows with the range, not with the calls.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
@@ -37,7 +36,6 @@ from django.db.models.functions import TruncDay, TruncHour
 from django.utils import timezone
 
 from dispatch.models import (
-    Agent,
     AuditRecord,
     CallRollup,
     CallRollupDay,
@@ -46,8 +44,17 @@ from dispatch.models import (
     PendingRecovery,
 )
 from dispatch.pipeline import codes
-from dispatch.pipeline.allowance import PastCall, policy_actual, policy_replay
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, OK
+from dispatch.pipeline.policy import Policy
+from dispatch.pipeline.what_if import (
+    AUTO_EXECUTED,
+    ONE_REVIEWER,
+    REFUSED,
+    TWO_REVIEWERS,
+    PastCall,
+    WhatIf,
+    what_if_of,
+)
 from dispatch.registry import tool_registry
 
 NOT_REJECTED = frozenset({OK.name, CONFIRMATION_REQUIRED.name})
@@ -498,34 +505,44 @@ def _sorted(items: Iterable[tuple[_Key, Recovery]]) -> dict[_Key, Recovery]:
 # What a policy change would have done ------------------------------------------------------------
 
 
-def policy_what_if(
-    *,
-    agent_id: int,
-    since: datetime,
-    until: datetime,
-    changes: Mapping[str, Any],
-) -> dict[str, Any]:
-    """The agent's recorded money-moving calls in the range, judged again under its current
-    policy with `changes` (auto_approve_below_cents, auto_approve_window_seconds,
-    daily_cap_cents, max_amount_cents, ...), beside what really happened. Reads only."""
-    agent = Agent.objects.select_related("current_policy").get(pk=agent_id)
-    if agent.current_policy is None:
-        raise ValueError(f"agent {agent.name} has no policy")
-    policy = dataclasses.replace(agent.current_policy.snapshot(), **changes)
+def policy_what_if(*, agent_id: int, since: datetime, until: datetime, draft: Policy) -> WhatIf:
+    """The agent's recorded money-moving calls in the range, judged again under `draft`, beside
+    what really happened to them. Reads only."""
+    records = list(
+        AuditRecord.objects.filter(
+            agent_id=agent_id,
+            at__gte=since,
+            at__lt=until,
+            replayed=False,
+            code__in=RECORDED_OUTCOMES,
+            arguments__isnull=False,
+        )
+        .order_by("at", "id")
+        .only(
+            "call_id",
+            "at",
+            "session_id",
+            "customer_id",
+            "tool",
+            "arguments",
+            "code",
+            "confirmation_id",
+        )
+    )
+    reviewers = dict(
+        Confirmation.objects.filter(
+            pk__in={r.confirmation_id for r in records if r.confirmation_id}
+        ).values_list("pk", "reviewers_required")
+    )
     calls: list[PastCall] = []
-    records = AuditRecord.objects.filter(
-        agent_id=agent_id,
-        at__gte=since,
-        at__lt=until,
-        replayed=False,
-        code__in=["OK", "CONFIRMATION_REQUIRED", "POLICY_LIMIT"],
-        arguments__isnull=False,
-    ).order_by("at", "id")
-    for record in records.only("at", "session_id", "customer_id", "tool", "arguments", "code"):
+    for record in records:
         spec = tool_registry.get(record.tool)
         if spec is None or spec.amount_field is None or not isinstance(record.arguments, dict):
             continue
         arguments = record.arguments
+        outcome = RECORDED_OUTCOMES[record.code]
+        if outcome == ONE_REVIEWER and reviewers.get(record.confirmation_id) == 2:
+            outcome = TWO_REVIEWERS
         calls.append(
             PastCall(
                 at=record.at,
@@ -536,14 +553,19 @@ def policy_what_if(
                 subject=str(arguments.get(spec.subject_field or "", "")),
                 currency=str(arguments.get(spec.currency_field or "", "")),
                 amount_cents=int(arguments.get(spec.amount_field, 0)),
-                code=record.code,
+                outcome=outcome,
+                call_id=record.call_id,
             )
         )
-    return {
-        "calls": len(calls),
-        "actual": policy_actual(calls)._asdict(),
-        "what_if": policy_replay(policy, calls)._asdict(),
-    }
+    return what_if_of(draft, calls)
+
+
+# The codes of the calls a what-if judges again, and the outcome each records.
+RECORDED_OUTCOMES = {
+    OK.name: AUTO_EXECUTED,
+    CONFIRMATION_REQUIRED.name: ONE_REVIEWER,
+    codes.POLICY_LIMIT.name: REFUSED,
+}
 
 
 # Rebuilding ------------------------------------------------------------------------------------

@@ -153,6 +153,13 @@ class IdempotencyRecord(models.Model):
         return f"{self.tool} {self.key[:12]} {self.status}"
 
 
+class CallChannel(models.TextChoices):
+    """How a call reached the pipeline: the agent API, or the MCP server (`mcp_serve`)."""
+
+    API = "api", "API"
+    MCP = "mcp", "MCP"
+
+
 class AuditRecord(models.Model):
     """One per call, append-only: on PostgreSQL a trigger refuses UPDATE and DELETE."""
 
@@ -176,6 +183,7 @@ class AuditRecord(models.Model):
     confirmation_id = models.CharField(max_length=32, blank=True, default="")
     policy_version = models.PositiveIntegerField()
     duration_ms = models.FloatField()
+    channel = models.CharField(max_length=8, choices=CallChannel.choices, default=CallChannel.API)
 
     class Meta:
         ordering = ["at", "id"]

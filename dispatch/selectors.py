@@ -30,6 +30,18 @@ def confirmation_get(*, agent: Agent, confirmation_id: str) -> Confirmation | No
     return Confirmation.objects.filter(agent=agent, pk=confirmation_id).first()
 
 
+def confirmation_for_customer(
+    *, agent_id: str, customer_id: str, confirmation_id: str
+) -> Confirmation | None:
+    """A confirmation of this agent's for this customer (get_confirmation_status): what a model,
+    bound to one customer, may ask about."""
+    if not agent_id.isdigit():
+        return None
+    return Confirmation.objects.filter(
+        agent_id=int(agent_id), customer_id=customer_id, pk=confirmation_id
+    ).first()
+
+
 def confirmation_state(confirmation: Confirmation) -> dict[str, Any]:
     status = confirmation.status
     if status == ConfirmationStatus.PENDING and confirmation.expires_at <= timezone.now():

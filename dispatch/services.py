@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -12,7 +13,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
-from dispatch.models import Agent, Policy
+from dispatch.models import Agent, CallChannel, Policy
 from dispatch.pipeline.engine import Limits, Pipeline
 from dispatch.pipeline.results import CallResult
 from dispatch.pipeline.tools import ToolCall
@@ -122,11 +123,16 @@ def call_dispatch(
     arguments: str | Mapping[str, Any],
     context: str = "",
     on_result: Callable[[CallResult], None] | None = None,
+    channel: str = CallChannel.API,
+    clock: Callable[[], datetime] | None = None,
 ) -> CallResult:
     """Run one raw tool call through the pipeline; raises SessionConflict for a foreign session.
 
+    `channel` is how the call came in (the API, or the MCP server), which its audit record keeps.
+
     `on_result` is called with the result inside the call's transaction, before it commits: what
     must commit with the call's effect or not at all (the host's Idempotency-Key answer).
+    `clock` gives the pipeline's time (when the call arrived), for a demo's history.
     """
     policy = agent.current_policy
     if policy is None:
@@ -139,14 +145,14 @@ def call_dispatch(
         arguments=arguments,
         context=context,
     )
-    pipeline = _pipeline()
+    pipeline = _pipeline() if clock is None else _pipeline().on_clock(clock)
     prepared = pipeline.prepare(call, policy.snapshot())
     # A call that writes is one transaction: its step, idempotency record, confirmation, ledger
     # row and audit record commit together or not at all, and an identical call waits on the
     # key's row lock, then replays the outcome. Any other call runs in the backend's read scope.
     scope = transaction.atomic() if prepared.writes else backend().read_scope()
     with scope, connection.cursor() as cursor:
-        result = pipeline.run_prepared(prepared, OrmState(cursor, tool_registry))
+        result = pipeline.run_prepared(prepared, OrmState(cursor, tool_registry, channel=channel))
         if on_result is not None:
             on_result(result)
         return result

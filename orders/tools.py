@@ -25,6 +25,7 @@ from orders.book import OrderBook, OrderView, RefundReceipt, RefundRefused, orde
 
 CURRENCIES = ("BRL", "USD", "EUR")
 REFUND_REASONS = ("damaged", "not_delivered", "customer_request")
+# At most 16 characters; no maxLength beside it, so that OpenAI's strict mode takes the schema.
 ORDER_ID_PATTERN = r"^ORD-[0-9]{1,12}$"
 MAX_REFUND_CENTS = 100_000_000
 
@@ -56,13 +57,13 @@ ORDER_ID_DESCRIPTION = "the order's id as the user gave it: ORD- and ASCII digit
 class GetOrderArguments(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, title="get_order")
 
-    order_id: str = Field(pattern=ORDER_ID_PATTERN, max_length=16, description=ORDER_ID_DESCRIPTION)
+    order_id: str = Field(pattern=ORDER_ID_PATTERN, description=ORDER_ID_DESCRIPTION)
 
 
 class RefundOrderArguments(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, title="refund_order")
 
-    order_id: str = Field(pattern=ORDER_ID_PATTERN, max_length=16, description=ORDER_ID_DESCRIPTION)
+    order_id: str = Field(pattern=ORDER_ID_PATTERN, description=ORDER_ID_DESCRIPTION)
     amount_cents: int = Field(
         ge=1,
         le=MAX_REFUND_CENTS,
@@ -192,6 +193,7 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             "already refunded. Read-only.",
             arguments=GetOrderArguments,
             handler=get_order,
+            idempotent=True,
             codes=(ORDER_NOT_FOUND,),
             lookup=_the_order,
         ),
@@ -205,6 +207,10 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             handler=refund_order,
             writes=True,
             risk=Risk.HIGH,
+            # Money that leaves cannot be taken back by another call; an identical call in the
+            # same session is replayed, never refunded twice.
+            destructive=True,
+            idempotent=True,
             amount_field="amount_cents",
             currency_field="currency",
             subject_field="order_id",

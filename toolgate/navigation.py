@@ -99,6 +99,13 @@ def places_for(user: AbstractBaseUser | AnonymousUser) -> list[Place]:
                 "Where tool calls fail, why, whether the models recover, how reviewers decide.",
             )
         )
+        places.append(
+            Place(
+                "Policy what-if",
+                reverse("analytics:what-if"),
+                "What a change to an agent's money thresholds would have done to its calls.",
+            )
+        )
     if getattr(user, "is_superuser", False):
         places.append(
             Place("Admin", reverse("admin:index"), "Agents and their policies, users, orders.")

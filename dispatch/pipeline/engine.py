@@ -6,6 +6,7 @@ exactly one audit record.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
@@ -280,6 +281,12 @@ class Pipeline:
         self.monotonic = monotonic
         self.sleep = sleep
         self.new_id = new_id
+
+    def on_clock(self, clock: Callable[[], datetime]) -> Pipeline:
+        """The same pipeline, telling the time by `clock`."""
+        other = copy.copy(self)
+        other.clock = clock
+        return other
 
     def run(self, call: ToolCall, policy: Policy) -> CallResult:
         """One call, start to finish, on the pipeline's own store."""
@@ -569,7 +576,7 @@ class Pipeline:
         return execute_with_retries(
             spec,
             arguments,
-            ExecutionContext(call.customer_id, key, approved_by, read_ahead),
+            ExecutionContext(call.customer_id, key, approved_by, read_ahead, call.agent_id),
             call_id=call_id,
             retry=self.retry,
             sleep=self.sleep,

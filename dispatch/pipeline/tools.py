@@ -54,6 +54,8 @@ class ExecutionContext(NamedTuple):
     # The tool's lookup as read when the call opened, for a tool with no check: the handler's
     # first read. A tool with a check gets it there, and its handler reads the live record.
     read_ahead: ReadAhead | None = None
+    # The agent the call is made for: what a tool that reads the agent's own records scopes by.
+    agent_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,10 @@ class ToolSpec(Generic[Args]):
     check: Check[Args] | None = None
     writes: bool = False
     risk: Risk = Risk.LOW
+    # What clients are told of the effect (MCP's tool annotations): whether it may destroy or
+    # undo something (money that leaves), and whether the same call again changes nothing more.
+    destructive: bool = False
+    idempotent: bool = False
     # The argument a policy's amount limits apply to (minor units), if the tool moves an amount;
     # the argument that names its currency, and the one that says what the money is for (a
     # refund's order), which the policy's allowance sums and compares by.

@@ -49,10 +49,10 @@ SETTLE = """
 AUDIT = """
     INSERT INTO dispatch_auditrecord
         (call_id, at, agent_id, session_id, customer_id, step, tool, raw_arguments, arguments,
-        key, ok, code, message, replayed, confirmation_id, policy_version, duration_ms)
+        key, ok, code, message, replayed, confirmation_id, policy_version, duration_ms, channel)
     VALUES (%(call_id)s, %(at)s, %(agent_id)s, %(session_id)s, %(customer_id)s, %(step)s,
         %(tool)s, %(raw_arguments)s, %(arguments)s, %(key)s, %(ok)s, %(code)s, %(message)s,
-        %(replayed)s, %(confirmation_id)s, %(policy_version)s, %(duration_ms)s)
+        %(replayed)s, %(confirmation_id)s, %(policy_version)s, %(duration_ms)s, %(channel)s)
 """
 
 # The columns AUDIT writes: a test holds them to the model's, so that a new field fails loudly.
@@ -74,6 +74,7 @@ AUDIT_COLUMNS = (
     "confirmation_id",
     "policy_version",
     "duration_ms",
+    "channel",
 )
 
 # PostgreSQL: a call opens in one statement. The step is counted; within the budget the key is

@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 from django.utils.dateparse import parse_datetime
 
-from dispatch.models import AuditRecord, Confirmation, IdempotencyRecord
+from dispatch.models import AuditRecord, CallChannel, Confirmation, IdempotencyRecord
 from dispatch.pipeline import codes
 from dispatch.pipeline.allowance import AllowanceHistory, AllowanceRequest, HoldReason
 from dispatch.pipeline.state import (
@@ -42,9 +42,13 @@ _JSON_FIELD = IdempotencyRecord._meta.get_field("result")
 
 
 class OrmState:
-    def __init__(self, cursor: CursorWrapper, registry: ToolRegistry) -> None:
+    def __init__(
+        self, cursor: CursorWrapper, registry: ToolRegistry, *, channel: str = CallChannel.API
+    ) -> None:
         self.cursor = cursor
         self.registry = registry
+        # How the call came in (the API or MCP): what its audit record says.
+        self.channel = channel
         self.backend = backend()
 
     def open_call(
@@ -222,6 +226,7 @@ class OrmState:
             "confirmation_id": entry.confirmation_id or "",
             "policy_version": entry.policy_version,
             "duration_ms": entry.duration_ms,
+            "channel": self.channel,
         }
         self.backend.end_call(
             self.cursor,

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.html import escape
 
 from approvals.services import confirmation_reject
-from dispatch.models import Agent, AuditRecord, Confirmation
+from dispatch.models import Agent, AuditRecord, CallChannel, Confirmation
 from dispatch.services import _pipeline, call_dispatch
 from orders.models import Order
 from tests.conftest import LoginClient, MakeAgent
@@ -567,6 +567,23 @@ def test_the_timeline_names_who_decided_a_held_call(traffic: Traffic, manager: C
 
     page = response.content.decode()
     assert "decided by rita" in page and "Not yet returned." in page
+
+
+def test_the_timeline_marks_the_calls_that_came_over_mcp(traffic: Traffic, manager: Client) -> None:
+    call_dispatch(
+        agent=traffic.shop,
+        session_id="mcp-1",
+        customer_id="CUS-1",
+        tool="get_order",
+        arguments={"order_id": "ORD-1001"},
+        channel=CallChannel.MCP,
+    )
+
+    over_mcp = manager.get(f"/analytics/sessions/{traffic.shop.pk}/mcp-1/")
+    over_api = manager.get(f"/analytics/sessions/{traffic.shop.pk}/s-1/")
+
+    assert 'title="called over MCP (mcp_serve)">MCP</span>' in over_mcp.content.decode()
+    assert "called over MCP" not in over_api.content.decode()
 
 
 def test_a_session_without_calls_is_404(traffic: Traffic, manager: Client) -> None:

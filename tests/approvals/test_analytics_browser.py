@@ -196,3 +196,28 @@ def test_a_reviewer_who_is_not_a_manager_is_refused(
     tab.goto_refused("/analytics/")
 
     assert "for members of the 'managers' group" in tab.page.content()
+
+
+def test_the_what_if_shows_its_table_for_a_draft(
+    decided_traffic: Traffic, open_tab: OpenTab
+) -> None:
+    tab = open_tab("max")
+    tab.page.goto(f"/analytics/what-if/?agent={decided_traffic.shop.pk}")
+    table = tab.page.get_by_role("table").first
+    assert "Held for one reviewer" in table.inner_text()
+
+    tab.page.get_by_label("Auto-approve below").fill("20000")
+    with tab.page.expect_navigation():
+        tab.page.get_by_role("button", name="Judge again").click()
+
+    assert parse_qs(urlsplit(tab.page.url).query)["auto_approve_below_cents"] == ["20000"]
+    rows = {
+        row.locator("th").inner_text(): row.locator("td").all_inner_texts()
+        for row in tab.page.locator("table").first.locator("tbody tr").all()
+    }
+    # The held 90.00 would have been auto-executed: one call moves, with its example.
+    assert rows["Held for one reviewer"][0] == "1" and rows["Held for one reviewer"][2] == "0"
+    assert rows["Auto-executed"][0] == "1" and rows["Auto-executed"][2] == "2"
+    heading = tab.page.get_by_role("heading", name="Held for one reviewer")
+    assert "Auto-executed: 1 call" in heading.inner_text()
+    tab.check_accessibility()

@@ -93,8 +93,15 @@ def test_a_manager_asks_what_a_looser_policy_would_have_done(
     )
 
     assert response.status_code == 200
-    assert response.json()["actual"]["held"] == [1, 6_000]
-    assert response.json()["what_if"]["without_human"] == [2, 9_000]
+    body = response.json()
+    assert body["policy"]["auto_approve_below_cents"] == 5_000
+    assert body["draft"]["auto_approve_below_cents"] == 10_000
+    outcomes = {row["outcome"]: row for row in body["outcomes"]}
+    assert outcomes["one_reviewer"]["actual"] == {"calls": 1, "cents": {"BRL": 6_000}}
+    assert outcomes["auto_executed"]["what_if"] == {"calls": 2, "cents": {"BRL": 9_000}}
+    [move] = body["moves"]
+    assert (move["from"], move["to"], move["calls"]) == ("one_reviewer", "auto_executed", 1)
+    assert move["examples"][0]["amount_cents"] == 6_000
 
 
 def test_a_what_if_with_a_bad_value_is_a_clear_400(make_agent: MakeAgent, manager: Client) -> None:
@@ -106,3 +113,35 @@ def test_a_what_if_with_a_bad_value_is_a_clear_400(make_agent: MakeAgent, manage
 
     assert response.status_code == 400
     assert "daily_cap_cents" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("auto_approve_window_seconds", "5"),
+        ("max_amount_cents", ""),
+        ("max_amount_cents", "9" * 30),
+    ],
+)
+def test_a_draft_value_out_of_range_is_a_clear_400(
+    make_agent: MakeAgent, manager: Client, name: str, value: str
+) -> None:
+    agent, _ = make_agent()
+
+    response = manager.get("/api/v1/metrics/what-if", {"agent": str(agent.pk), name: value})
+
+    assert response.status_code == 400
+    assert name in response.json()["error"]["message"]
+
+
+def test_an_empty_two_reviewer_amount_means_one_reviewer_is_enough(
+    make_agent: MakeAgent, manager: Client
+) -> None:
+    agent, _ = make_agent()
+
+    response = manager.get(
+        "/api/v1/metrics/what-if", {"agent": str(agent.pk), "two_reviewers_from_cents": ""}
+    )
+
+    assert response.status_code == 200
+    assert response.json()["draft"]["two_reviewers_from_cents"] is None

@@ -149,6 +149,28 @@ def test_the_queue_shows_the_sessions_earlier_calls_with_their_codes(
     assert "amount_cents" in page
 
 
+def test_a_held_call_leads_the_reviewer_to_its_sessions_timeline(
+    client: Client, reviewer: User, holding_agent: Agent, hold_refund: HoldRefund
+) -> None:
+    call_dispatch(
+        agent=holding_agent,
+        session_id="chat-8",
+        customer_id="CUS-1",
+        tool="get_order",
+        arguments={"order_id": "ORD-1001"},
+    )
+    hold_refund(6_000, session_id="chat-8")
+    client.force_login(reviewer)
+    timeline = f"/analytics/sessions/{holding_agent.pk}/chat-8/"
+
+    queue = client.get("/approvals/").content.decode()
+    page = client.get(timeline)
+
+    assert f'href="{timeline}"' in queue
+    assert page.status_code == 200
+    assert "get_order" in text(page) and "CONFIRMATION_REQUIRED" in text(page)
+
+
 def test_the_queue_shows_the_hosts_context_escaped(
     client: Client, reviewer: User, hold_refund: HoldRefund
 ) -> None:

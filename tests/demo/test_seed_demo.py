@@ -4,16 +4,19 @@ import importlib
 import json
 import re
 import shlex
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management.base import CommandError
 from django.test import Client
+from django.utils import timezone
 from pytest_django.fixtures import Settings
 
 from approvals.selectors import effective_status
 from demo.fixtures import DEMO_TOKEN
-from dispatch.models import Agent, Confirmation, Policy
+from dispatch.metrics import audit_in_session_order, rollups_from_audit, rollups_live
+from dispatch.models import Agent, AuditRecord, Confirmation, Policy
 from dispatch.services import agent_authenticate, agent_create, token_hash
 from orders.models import Order
 from tests.conftest import Run
@@ -71,7 +74,7 @@ def test_it_creates_the_demo_agent_with_the_documented_token_stored_as_a_hash(ru
     assert DEMO_TOKEN in output
     policy = agent.current_policy
     assert policy is not None
-    assert sorted(policy.allowed_tools) == ["get_order", "refund_order"]
+    assert sorted(policy.allowed_tools) == ["get_confirmation_status", "get_order", "refund_order"]
     assert policy.max_amount_cents == 50_000
     assert policy.auto_approve_below_cents == 5_000
     assert policy.two_reviewers_from_cents == 30_000
@@ -152,7 +155,11 @@ def test_it_sets_the_token_of_an_existing_demo_agent(run: Run) -> None:
     assert agent_authenticate(old_token) is None
     assert agent.current_policy is not None
     assert agent.current_policy.version == 2
-    assert sorted(agent.current_policy.allowed_tools) == ["get_order", "refund_order"]
+    assert sorted(agent.current_policy.allowed_tools) == [
+        "get_confirmation_status",
+        "get_order",
+        "refund_order",
+    ]
     assert "tg_another_demo_token_42" in output
 
 
@@ -213,3 +220,26 @@ def test_it_fills_the_reviewer_queue_with_every_state_once(run: Run, client: Cli
     queue = client.get("/approvals/").content.decode()
     assert queue.count('<article class="item') == 4
     assert "Expires soon" in queue
+
+
+def test_its_history_spreads_the_traffic_over_30_days_through_the_pipeline(run: Run) -> None:
+    output = run("seed_demo", "--force", "--history-sessions", "40")
+    again = run("seed_demo", "--force", "--history-sessions", "40")
+
+    history = AuditRecord.objects.filter(session_id__startswith="sim-history-")
+    moments = sorted(history.values_list("at", flat=True))
+    now = timezone.now()
+    assert "40/40 sessions" in output and "already there, kept as it is" in again
+    assert history.values("session_id").distinct().count() == 40
+    assert now - timedelta(days=30) <= moments[0] and moments[-1] < now
+    assert moments[-1] - moments[0] > timedelta(days=15)
+    # Held refunds were decided by the demo reviewers after they were held, within a day.
+    decided = Confirmation.objects.filter(
+        session_id__startswith="sim-history-", decided_at__isnull=False
+    )
+    assert decided.exists()
+    for confirmation in decided:
+        assert confirmation.decided_at is not None
+        assert timedelta(0) < confirmation.decided_at - confirmation.created_at <= timedelta(days=1)
+    # Counted as calls are written, the rollups agree with the records they came from.
+    assert rollups_live() == rollups_from_audit(audit_in_session_order())[0]

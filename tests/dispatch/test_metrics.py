@@ -33,6 +33,7 @@ from dispatch.metrics import (
     rollups_rebuilt,
 )
 from dispatch.models import Agent, Confirmation, DecisionRollup
+from dispatch.pipeline.what_if import AUTO_EXECUTED, TWO_REVIEWERS, Tally, draft_of
 from dispatch.services import _pipeline, call_dispatch
 from tests.conftest import MakeAgent
 
@@ -219,10 +220,17 @@ def test_concurrent_writers_count_every_call_once_and_a_rebuild_agrees(
 
 
 def test_the_what_if_reads_the_records_and_writes_nothing(make_agent: MakeAgent) -> None:
-    agent, _ = make_agent()
+    agent, _ = make_agent(two_reviewers_from_cents=5_500)
     send(agent, "s-1", "refund_order", {**REFUND, "amount_cents": 3_000})
     send(agent, "s-2", "refund_order", {**REFUND, "amount_cents": 1_500})
     send(agent, "s-3", "refund_order", {**REFUND, "amount_cents": 6_000})
+    send(agent, "s-3", "refund_order", {**REFUND, "amount_cents": 6_000})  # a replay: not judged
+    send(agent, "s-4", "get_order", GOOD_READ)  # moves no money: not judged
+    assert agent.current_policy is not None
+    draft = draft_of(
+        agent.current_policy.snapshot(),
+        {"auto_approve_below_cents": 20_000, "two_reviewers_from_cents": None},
+    )
     now = timezone.now()
 
     with CaptureQueriesContext(connection) as queries:
@@ -230,13 +238,17 @@ def test_the_what_if_reads_the_records_and_writes_nothing(make_agent: MakeAgent)
             agent_id=agent.pk,
             since=now - timedelta(hours=1),
             until=now + timedelta(hours=1),
-            changes={"auto_approve_below_cents": 20_000},
+            draft=draft,
         )
 
-    assert result["calls"] == 3
-    assert result["actual"]["without_human"] == (2, 4_500)
-    assert result["actual"]["held"] == (1, 6_000)
-    assert result["what_if"]["without_human"] == (3, 10_500)
+    assert result.calls == 3
+    assert result.actual[AUTO_EXECUTED] == Tally(2, {"BRL": 4_500})
+    assert result.actual[TWO_REVIEWERS] == Tally(1, {"BRL": 6_000})
+    assert result.draft[AUTO_EXECUTED] == Tally(3, {"BRL": 10_500})
+    assert [(m.actual, m.draft, m.tally.calls) for m in result.moves] == [
+        (TWO_REVIEWERS, AUTO_EXECUTED, 1)
+    ]
+    assert result.moves[0].examples[0].call.session_id == "s-3"
     assert all(query["sql"].lstrip().upper().startswith("SELECT") for query in queries)
 
 

@@ -251,6 +251,9 @@ TOOLGATE_QUEUE_REFRESH_SECONDS = env.int("TOOLGATE_QUEUE_REFRESH_SECONDS", defau
 TOOLGATE_STUCK_AFTER_MINUTES = env.int("TOOLGATE_STUCK_AFTER_MINUTES", default=5)
 TOOLGATE_EXPIRING_SOON_MINUTES = env.int("TOOLGATE_EXPIRING_SOON_MINUTES", default=15)
 
+# How many simulated sessions `seed_demo` spreads over the last 30 days for the dashboards.
+TOOLGATE_DEMO_HISTORY_SESSIONS = env.int("TOOLGATE_DEMO_HISTORY_SESSIONS", default=600)
+
 # Refused requests of the agent API are kept this many days, and at most this many rows
 # (dispatch.security prunes on write and with `manage.py prune_security_events`).
 TOOLGATE_SECURITY_EVENTS_RETENTION_DAYS = env.int(

@@ -15,3 +15,6 @@ TOOLGATE_AGENT_THROTTLE_RATE = env("AGENT_THROTTLE_RATE", default="1000000/min")
 # even where CELERY_BROKER_URL names Redis; the tests of a real worker start one on purpose.
 CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
+
+# seed_demo's 30 days of traffic take seconds; the tests that want it ask for it.
+TOOLGATE_DEMO_HISTORY_SESSIONS = 0

@@ -23,8 +23,9 @@ from demo.fixtures import (
     DemoUser,
     demo_token,
 )
+from demo.history import demo_history_seed
 from demo.queue import demo_queue_seed
-from dispatch.management.policies import DEFAULT_POLICY, describe_policy
+from dispatch.management.policies import DEFAULT_POLICY, describe_policy, integer_in_range
 from dispatch.models import Agent, Policy
 from dispatch.services import agent_create, agent_token_set, policy_create, token_hash
 from orders.models import Order
@@ -60,6 +61,13 @@ class Command(BaseCommand):
             help="where the server runs, for the printed instructions (default %(default)s)",
         )
         parser.add_argument(
+            "--history-sessions",
+            type=integer_in_range(0, 100_000, "sessions"),
+            default=settings.TOOLGATE_DEMO_HISTORY_SESSIONS,
+            help="simulated sessions spread over the last 30 days, for the dashboards; 0 plays "
+            "none (default %(default)s)",
+        )
+        parser.add_argument(
             "--force",
             action="store_true",
             help="seed even though DEBUG is off; never on a database that matters",
@@ -93,6 +101,13 @@ class Command(BaseCommand):
             second_reviewer=users["reviewer2"],
             say=self.stdout.write,
         )
+        if options["history_sessions"]:
+            demo_history_seed(
+                agent=agent,
+                reviewers=[users["reviewer"], users["reviewer2"]],
+                say=self.stdout.write,
+                sessions=options["history_sessions"],
+            )
 
         self._print_instructions(token=token, password=password, base_url=base_url)
 

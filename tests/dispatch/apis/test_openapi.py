@@ -70,6 +70,16 @@ def test_the_idempotency_key_header_is_documented(served: dict[str, Any]) -> Non
     assert "session_id" in header["description"]
 
 
+def test_the_tool_formats_are_documented(served: dict[str, Any]) -> None:
+    operation = served["paths"]["/api/v1/tools"]["get"]
+
+    (shape,) = [p for p in operation["parameters"] if p["name"] == "format"]
+    assert shape["schema"]["enum"] == ["anthropic", "neutral", "openai"]
+    assert shape["schema"]["default"] == "neutral"
+    assert '"strict": true' in shape["description"]
+    assert "400" in operation["responses"]
+
+
 def test_the_yaml_schema_is_served_too(live_server: LiveServer) -> None:
     response = requests.get(f"{live_server.url}/api/schema/", timeout=30)
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from dispatch.formats import openai_strict_accepts
 from dispatch.models import Agent, Confirmation
 from dispatch.registry import tool_registry
 from tests.conftest import AgentClient, ClientFor, Ledger, MakeAgent
@@ -53,13 +54,28 @@ def test_the_openai_format_is_a_list_of_function_tools(api: AgentClient) -> None
     for tool in listed:
         assert set(tool) == {"type", "function"}
         function = tool["function"]
-        assert set(function) == {"name", "description", "parameters"}
+        assert set(function) <= {"name", "description", "parameters", "strict"}
         assert function["parameters"]["type"] == "object"
         assert function["description"]
     by_name = {tool["function"]["name"]: tool["function"] for tool in listed}
     refund = tool_registry.get("refund_order")
     assert refund is not None
     assert by_name["refund_order"]["parameters"] == refund.json_schema()
+
+
+def test_the_openai_format_says_strict_exactly_where_strict_mode_accepts_the_schema(
+    make_agent: MakeAgent, client_for: ClientFor
+) -> None:
+    everything = ["get_order", "refund_order", "get_confirmation_status"]
+    api = client_for(make_agent(allowed_tools=everything)[1])
+
+    listed = {tool["function"]["name"]: tool["function"] for tool in tools(api, "openai")}
+
+    assert sorted(listed) == sorted(everything)
+    for function in listed.values():
+        assert function.get("strict", False) is openai_strict_accepts(function["parameters"])
+    # Every declared tool is one strict mode takes: the provider constrains the arguments too.
+    assert all(function["strict"] is True for function in listed.values())
 
 
 def test_the_anthropic_format_is_a_list_of_tools_with_an_input_schema(api: AgentClient) -> None:
@@ -143,6 +159,7 @@ def test_the_code_catalogue_lists_every_code_with_its_meaning(api: AgentClient) 
         "POLICY_LIMIT",
         "CONFIRMATION_REQUIRED",
         "CONFIRMATION_REJECTED",
+        "CONFIRMATION_NOT_FOUND",
         "UPSTREAM_UNAVAILABLE",
         "INTERNAL_ERROR",
     }

@@ -8,10 +8,7 @@ from dispatch.pipeline.allowance import (
     AllowanceHistory,
     AllowanceRequest,
     Movement,
-    PastCall,
     allowance_judge,
-    policy_actual,
-    policy_replay,
 )
 from tests.dispatch.pipeline.conftest import Harness, default_policy
 
@@ -169,31 +166,3 @@ def test_the_judge_lets_through_what_stays_below_every_limit() -> None:
 
     assert below is None
     assert at_the_line is not None and at_the_line.kind == "window_sum"
-
-
-def past(minute: int, amount: int, code: str, customer: str = "CUS-1") -> PastCall:
-    at = datetime(2026, 1, 1, 12, tzinfo=UTC) + timedelta(minutes=minute)
-    return PastCall(
-        at, "agent-1", "s-1", customer, "refund_order", f"ORD-{minute}", "BRL", amount, code
-    )
-
-
-def test_a_policy_replay_judges_past_calls_again_in_order() -> None:
-    calls = [
-        past(0, 3_000, "OK"),
-        past(1, 1_500, "OK"),
-        past(2, 6_000, "CONFIRMATION_REQUIRED"),
-        past(3, 900, "OK", customer="CUS-2"),
-    ]
-
-    stricter = policy_replay(default_policy(auto_approve_below_cents=4_000), calls)
-    looser = policy_replay(default_policy(auto_approve_below_cents=20_000), calls)
-    capped = policy_replay(default_policy(max_amount_cents=2_000), calls)
-    actual = policy_actual(calls)
-
-    assert actual.without_human == (3, 5_400) and actual.held == (1, 6_000)
-    # 3000 passes; 1500 would make 4500, not below 4000; 6000 alone is not below; CUS-2 passes.
-    assert stricter.without_human == (2, 3_900)
-    assert stricter.held_by_reason == {"window_sum": 1, "amount": 1}
-    assert looser.without_human == (4, 11_400) and looser.held == (0, 0)
-    assert capped.refused == (2, 9_000) and capped.without_human == (2, 2_400)

@@ -65,7 +65,7 @@ def _fill(apps, schema_editor):  # type: ignore[no-untyped-def]
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("dispatch", "0011_agent_webhook"),
+        ("dispatch", "0012_audit_channel"),
         # The decisions' events, which the fill reads.
         ("approvals", "0003_votes_events_limits_tokens"),
     ]

@@ -1,0 +1,205 @@
+"""The policy what-if page: a manager drafts an agent's money thresholds and sees, in calls and in
+money, where the agent's recorded calls of a range would have gone under the draft.
+
+The calls are judged again by the pipeline's own policy stages (dispatch.pipeline.what_if,
+through dispatch.metrics). The page only reads: a GET with everything in the query string, so a
+draft is a URL that can be shared, and nothing executes or is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django import forms
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from approvals.analytics import RANGES, Scope, managers_only, scope_from
+from approvals.money import money
+from dispatch.metrics import policy_what_if
+from dispatch.models import Agent
+from dispatch.pipeline.policy import Policy
+from dispatch.pipeline.what_if import (
+    AUTO_EXECUTED,
+    DRAFT_FIELDS,
+    ONE_REVIEWER,
+    OUTCOMES,
+    REFUSED,
+    TWO_REVIEWERS,
+    Tally,
+    WhatIf,
+    draft_of,
+)
+
+OUTCOME_LABELS = {
+    AUTO_EXECUTED: "Auto-executed",
+    ONE_REVIEWER: "Held for one reviewer",
+    TWO_REVIEWERS: "Held for two reviewers",
+    REFUSED: "Refused",
+}
+# Why the draft holds or refuses a call, in a manager's words.
+REASON_LABELS = {
+    "amount": "amount not below the auto-approve amount",
+    "window_sum": "with earlier auto-approved money in the window, not below it",
+    "agent_daily_cap": "over the agent's daily cap",
+    "possible_duplicate": "repeats money moved in another conversation",
+    "over_maximum": "over the maximum amount",
+}
+FIELD_LABELS = {
+    "auto_approve_below_cents": ("Auto-approve below", "minor units, such as 5000 for 50.00"),
+    "auto_approve_window_seconds": (
+        "Auto-approve window",
+        "seconds over which a customer's auto-approved money adds up",
+    ),
+    "two_reviewers_from_cents": ("Two reviewers from", "minor units; empty: one is always enough"),
+    "max_amount_cents": ("Maximum amount", "minor units; above it a call is refused"),
+    "daily_cap_cents": ("Daily cap", "minor units per currency and UTC day; empty: none"),
+}
+
+
+class DraftForm(forms.Form):
+    """The draft's thresholds; a field left as the page filled it keeps the current value."""
+
+    def __init__(self, data: Any, *, policy: Policy) -> None:
+        super().__init__(data)
+        for name, (low, high, _) in DRAFT_FIELDS.items():
+            label, help_text = FIELD_LABELS[name]
+            self.fields[name] = forms.IntegerField(
+                label=label,
+                help_text=help_text,
+                min_value=low,
+                max_value=high,
+                required=False,
+                widget=forms.NumberInput(attrs={"inputmode": "numeric"}),
+            )
+        self.policy = policy
+
+    def draft(self) -> Policy:
+        """The current policy where the form is invalid or silent, the draft where it speaks."""
+        self.is_valid()
+        changes: dict[str, int | None] = {}
+        for name, (_, _, nullable) in DRAFT_FIELDS.items():
+            if name in self.errors or name not in self.data:
+                continue
+            value = self.cleaned_data.get(name)
+            if value is not None or nullable:
+                changes[name] = value
+        return draft_of(self.policy, changes)
+
+
+@dataclass(frozen=True)
+class OutcomeRow:
+    label: str
+    outcome: str
+    actual: str
+    draft: str
+    actual_calls: int
+    draft_calls: int
+    change: str
+
+
+def _amounts(tally: Tally) -> str:
+    if not tally.calls:
+        return "\u2013"
+    return " + ".join(money(cents, currency) for currency, cents in tally.cents.items())
+
+
+def _calls(count: int) -> str:
+    return f"{count:,} call{'s' if count != 1 else ''}"
+
+
+def _outcome_rows(result: WhatIf) -> list[OutcomeRow]:
+    rows = []
+    for outcome in OUTCOMES:
+        before, after = result.actual[outcome], result.draft[outcome]
+        difference = after.calls - before.calls
+        rows.append(
+            OutcomeRow(
+                label=OUTCOME_LABELS[outcome],
+                outcome=outcome,
+                actual=_amounts(before),
+                draft=_amounts(after),
+                actual_calls=before.calls,
+                draft_calls=after.calls,
+                change=f"{difference:+,}" if difference else "no change",
+            )
+        )
+    return rows
+
+
+def _moves(result: WhatIf) -> list[dict[str, Any]]:
+    return [
+        {
+            "actual": OUTCOME_LABELS[move.actual],
+            "draft": OUTCOME_LABELS[move.draft],
+            "calls": _calls(move.tally.calls),
+            "amount": _amounts(move.tally),
+            "examples": [
+                {
+                    "call_id": verdict.call.call_id,
+                    "at": verdict.call.at,
+                    "session_id": verdict.call.session_id,
+                    "customer_id": verdict.call.customer_id,
+                    "tool": verdict.call.tool,
+                    "subject": verdict.call.subject,
+                    "amount": money(verdict.call.amount_cents, verdict.call.currency),
+                    "reason": REASON_LABELS.get(verdict.reason, verdict.reason),
+                }
+                for verdict in move.examples
+            ],
+            "more": move.tally.calls - len(move.examples),
+        }
+        for move in result.moves
+    ]
+
+
+def _policy_value(policy: Policy, name: str) -> str:
+    value = getattr(policy, name)
+    return "" if value is None else str(value)
+
+
+@require_GET
+@managers_only
+def what_if(request: HttpRequest) -> HttpResponse:
+    agents = list(
+        Agent.objects.filter(current_policy__isnull=False)
+        .select_related("current_policy")
+        .order_by("name")
+    )
+    scope, scope_form = scope_from(request.GET)
+    agent = next((a for a in agents if scope.agent and a.pk == scope.agent.pk), None)
+    if agent is None and agents:
+        agent = agents[0]
+    context: dict[str, Any] = {"agents": agents, "agent": agent, "ranges": RANGES}
+    if agent is None or agent.current_policy is None:
+        return render(request, "analytics/what_if.html", context)
+    scope = Scope(scope.since, scope.until, scope.range_key, agent)
+    policy = agent.current_policy.snapshot()
+    form = DraftForm(request.GET, policy=policy)
+    draft = form.draft()
+    result = policy_what_if(agent_id=agent.pk, since=scope.since, until=scope.until, draft=draft)
+    context.update(
+        scope=scope,
+        scope_form=scope_form,
+        form=form,
+        fields=[
+            {
+                "field": form[name],
+                "current": _policy_value(policy, name),
+                "value": form.data.get(name, _policy_value(policy, name)),
+                "changed": getattr(draft, name) != getattr(policy, name),
+            }
+            for name in DRAFT_FIELDS
+        ],
+        changed=draft != policy,
+        result=result,
+        rows=_outcome_rows(result),
+        moves=_moves(result),
+        since_date=timezone.localtime(scope.since).date().isoformat(),
+        until_date=timezone.localtime(scope.until - timedelta(microseconds=1)).date().isoformat(),
+    )
+    return render(request, "analytics/what_if.html", context)

@@ -1,0 +1,75 @@
+"""Serve the agent's tools over MCP: stdio for a local client, streamable HTTP for remote ones."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import anyio
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from dispatch import mcp
+from dispatch.envelopes import CUSTOMER_ID_PATTERN
+from dispatch.services import agent_authenticate
+
+
+class Command(BaseCommand):
+    help = (
+        "Serve Toolgate's tools over the Model Context Protocol, every call through the "
+        f"pipeline. stdio: the agent's token in {mcp.TOKEN_VARIABLE} and the customer in "
+        f"--customer. http: each request sends 'Authorization: Token <token>' and "
+        f"{mcp.CUSTOMER_HEADER}, at http://HOST:PORT{mcp.HTTP_PATH}."
+    )
+    # The stdio server must own stdout from its first byte: no system checks printed there.
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--transport",
+            choices=("stdio", "http"),
+            default="stdio",
+            help="stdio for a client that starts the server (default), http for remote clients",
+        )
+        parser.add_argument(
+            "--customer",
+            help="stdio: the customer the host authenticated; every call of this process is "
+            "bound to it (without it, tools are listed but no call runs)",
+        )
+        parser.add_argument(
+            "--host", default="127.0.0.1", help="http: address (default %(default)s)"
+        )
+        parser.add_argument(
+            "--port", type=int, default=8001, help="http: port (default %(default)s)"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["transport"] == "http":
+            if options["customer"]:
+                raise CommandError(
+                    f"--customer is for stdio; over HTTP the host sends {mcp.CUSTOMER_HEADER} "
+                    "with each request."
+                )
+            self._serve_http(options["host"], options["port"])
+            return
+        token = os.environ.get(mcp.TOKEN_VARIABLE, "")
+        if not token:
+            raise CommandError(f"Set {mcp.TOKEN_VARIABLE} to the agent's token.")
+        agent = agent_authenticate(token)
+        if agent is None:
+            raise CommandError(
+                f"{mcp.TOKEN_VARIABLE} is not the token of an active agent (invalid token, or "
+                "the agent is disabled)."
+            )
+        if agent.current_policy_id is None:
+            raise CommandError("This agent has no policy yet; an operator must give it one.")
+        customer = options["customer"]
+        if customer is not None and not re.fullmatch(CUSTOMER_ID_PATTERN, customer):
+            raise CommandError("--customer: ASCII letters, digits, . _ : -, up to 64 characters.")
+        anyio.run(mcp.serve_stdio, mcp.stdio_host(token, customer))
+
+    def _serve_http(self, host: str, port: int) -> None:
+        import uvicorn
+
+        self.stderr.write(f"MCP over streamable HTTP at http://{host}:{port}{mcp.HTTP_PATH}")
+        uvicorn.run(mcp.http_app(host=host), host=host, port=port, log_level="warning")

@@ -1,0 +1,296 @@
+"""The MCP server: the agent's tools over the Model Context Protocol, with the pipeline inside.
+
+A thin adapter, as the API is: `tools/list` lists the agent's allowed tools from their
+declarations, and every `tools/call` is `call_dispatch`, so it gets the same step budget,
+idempotency, business rules, policy, confirmation and audit record as `POST /api/v1/calls`.
+
+What the model never chooses comes from the host: the agent (its token), the session and the
+customer. Over stdio (`mcp_serve`) they are the process's: the token in TOOLGATE_TOKEN, a session
+per process, `--customer`. Over streamable HTTP they come with each request: `Authorization:
+Token <token>`, the MCP session (or the host's X-Toolgate-Session) and X-Toolgate-Customer.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from importlib import metadata
+from typing import Any, TypeVar
+
+import anyio
+import mcp.types as types
+from django.db import connections
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from rest_framework.exceptions import AuthenticationFailed
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from dispatch import selectors
+from dispatch.authentication import AgentTokenAuthentication, IsAgent, agent_throttle_wait
+from dispatch.envelopes import CUSTOMER_ID_PATTERN, SESSION_ID_PATTERN
+from dispatch.errors import RateLimiterDown, error_body
+from dispatch.models import Agent, CallChannel
+from dispatch.pipeline import codes
+from dispatch.pipeline.results import CallResult
+from dispatch.pipeline.state import SessionConflict
+from dispatch.pipeline.tools import ToolSpec
+from dispatch.services import agent_authenticate, call_dispatch
+from dispatch.throttling import RateLimiterUnavailable
+
+SERVER_NAME = "toolgate"
+TOKEN_VARIABLE = "TOOLGATE_TOKEN"
+CUSTOMER_HEADER = "X-Toolgate-Customer"
+SESSION_HEADER = "X-Toolgate-Session"
+MCP_SESSION_HEADER = "Mcp-Session-Id"
+HTTP_PATH = "/mcp"
+# Where the HTTP adapter leaves the agent that the request's token belongs to.
+_AGENT_SCOPE_KEY = "toolgate.agent"
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """What the agent host vouches for, for one request: never anything the model said."""
+
+    agent: Agent | None
+    session_id: str | None
+    customer_id: str | None
+
+
+def tool_annotations(spec: ToolSpec[Any]) -> types.ToolAnnotations:
+    return types.ToolAnnotations(
+        title=spec.label or spec.name,
+        read_only_hint=not spec.writes,
+        destructive_hint=spec.destructive,
+        idempotent_hint=spec.idempotent,
+    )
+
+
+def tools_listed(agent: Agent) -> list[types.Tool]:
+    """The agent's allowed tools, from the same declarations as GET /api/v1/tools."""
+    return [
+        types.Tool(
+            name=spec.name,
+            title=spec.label or None,
+            description=spec.description,
+            input_schema=spec.json_schema(),
+            annotations=tool_annotations(spec),
+        )
+        for spec in selectors.tools_for_agent(agent)
+    ]
+
+
+def call_result(result: CallResult) -> types.CallToolResult:
+    """The result contract as MCP carries it: model_text for the model, the contract as data.
+
+    A held call is not an error: the model should tell the user it waits for a human.
+    """
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=result.model_text)],
+        structured_content=result.as_dict(),
+        is_error=not result.ok and result.code != codes.CONFIRMATION_REQUIRED.name,
+    )
+
+
+def host_refusal(message: str) -> types.CallToolResult:
+    """A call the host's side leaves no way to dispatch: nothing ran, nothing was recorded."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=message)], is_error=True
+    )
+
+
+def tool_call(host: Host, name: str, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
+    """One tools/call through the pipeline, as the host's agent, session and customer."""
+    if host.agent is None or host.agent.current_policy_id is None:
+        return host_refusal(
+            "Toolgate: this agent's token is no longer valid, or the agent has no policy; "
+            "nothing was done. Tell the user that the tool is unavailable."
+        )
+    if not host.customer_id:
+        return host_refusal(
+            f"Toolgate: the host gave no customer ({CUSTOMER_HEADER} over HTTP, --customer of "
+            "mcp_serve over stdio), so no tool can run; nothing was done. Tell the user the "
+            "assistant is not set up for a customer."
+        )
+    if not re.fullmatch(CUSTOMER_ID_PATTERN, host.customer_id):
+        return host_refusal(
+            "Toolgate: the host's customer id is not valid (ASCII letters, digits, . _ : -, up "
+            "to 64); nothing was done."
+        )
+    if not host.session_id or not re.fullmatch(SESSION_ID_PATTERN, host.session_id):
+        return host_refusal(
+            f"Toolgate: no valid session: the host sends {SESSION_HEADER} (ASCII letters, "
+            f"digits, . _ : -, up to 128) or uses an MCP session ({MCP_SESSION_HEADER}); "
+            "nothing was done."
+        )
+    try:
+        result = call_dispatch(
+            agent=host.agent,
+            session_id=host.session_id,
+            customer_id=host.customer_id,
+            tool=name,
+            arguments=arguments or {},
+            channel=CallChannel.MCP,
+        )
+    except SessionConflict:
+        return host_refusal(
+            "Toolgate: this session is bound to another customer; the host must open a new "
+            "session for this customer. Nothing was done."
+        )
+    return call_result(result)
+
+
+async def _in_django(work: Callable[[], _T]) -> _T:
+    """Run ORM work in a worker thread, and close that thread's connections after it."""
+
+    def run() -> _T:
+        try:
+            return work()
+        finally:
+            connections.close_all()
+
+    return await anyio.to_thread.run_sync(run)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("toolgate")
+    except metadata.PackageNotFoundError:  # pragma: no cover - run from a tree not installed
+        return ""
+
+
+HostOf = Callable[[ServerRequestContext[Any, Any]], Host]
+
+
+def mcp_server(host_of: HostOf) -> Server[Any]:
+    """The MCP server; `host_of` says who the host is for a request (called in a worker thread,
+    where it may read the database)."""
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        def listed() -> list[types.Tool]:
+            agent = host_of(ctx).agent
+            return [] if agent is None else tools_listed(agent)
+
+        return types.ListToolsResult(tools=await _in_django(listed))
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        return await _in_django(lambda: tool_call(host_of(ctx), params.name, params.arguments))
+
+    return Server(
+        SERVER_NAME,
+        version=_version(),
+        instructions="Toolgate checks every tool call before anything happens. Amounts are "
+        "integers in minor units; a refund may be held for a human (CONFIRMATION_REQUIRED): "
+        "tell the user, and check it later with get_confirmation_status where you have that tool.",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+# stdio ------------------------------------------------------------------------------------------
+
+
+def stdio_host(token: str, customer_id: str | None) -> HostOf:
+    """The host of a stdio process: its agent (looked up again on every request, so that a
+    disabled agent or a new policy applies at once), a session of its own, its customer."""
+    session_id = f"mcp-{secrets.token_hex(16)}"
+
+    def host_of(ctx: ServerRequestContext[Any, Any]) -> Host:
+        return Host(agent_authenticate(token), session_id, customer_id)
+
+    return host_of
+
+
+async def serve_stdio(host_of: HostOf) -> None:
+    server = mcp_server(host_of)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+# streamable HTTP ---------------------------------------------------------------------------------
+
+
+def _http_host(ctx: ServerRequestContext[Any, Any]) -> Host:
+    request = ctx.request
+    if request is None:  # pragma: no cover - every message over HTTP carries its request
+        return Host(None, None, None)
+    headers = request.headers
+    # The host's own conversation id if it sends one (a stateless client has no MCP session).
+    session_id = headers.get(SESSION_HEADER) or headers.get(MCP_SESSION_HEADER)
+    return Host(request.scope.get(_AGENT_SCOPE_KEY), session_id, headers.get(CUSTOMER_HEADER))
+
+
+def _refusal(status: int, code: str, message: str, **headers: str) -> JSONResponse:
+    """An HTTP refusal in the API's error envelope."""
+    body = error_body(status_code=status, code=code, message=message)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+# Tells a client that sent no token, or a bad one, which scheme to use.
+_CHALLENGE = {"WWW-Authenticate": "Token"}
+
+
+def _admitted(header: bytes) -> Agent | JSONResponse:
+    """The agent of an Authorization header, authenticated and throttled as the API does it, or
+    the API's answer to a request it refuses."""
+    try:
+        try:
+            authenticated = AgentTokenAuthentication().from_header(header)
+        except AuthenticationFailed as refused:
+            return _refusal(401, "authentication_failed", str(refused.detail), **_CHALLENGE)
+        if authenticated is None:
+            message = "Authentication credentials were not provided: send 'Authorization: Token …'."
+            return _refusal(401, "not_authenticated", message, **_CHALLENGE)
+        agent: Agent = authenticated[0]
+        if agent.current_policy_id is None:
+            return _refusal(403, "permission_denied", IsAgent.message)
+        try:
+            wait = agent_throttle_wait(agent)
+        except RateLimiterUnavailable:
+            return _refusal(503, RateLimiterDown.default_code, str(RateLimiterDown.default_detail))
+        if wait:
+            seconds = str(math.ceil(wait))
+            message = f"Request was throttled. Expected available in {seconds} seconds."
+            return _refusal(429, "throttled", message, **{"Retry-After": seconds})
+        return agent
+    finally:
+        connections.close_all()
+
+
+class AgentTokenRequired:
+    """Every HTTP request carries an agent's token and is within its rate, or is refused before
+    MCP sees it, as the API refuses it: 401, 403, 429 or 503."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = Headers(scope=scope).get("authorization", "").encode("latin-1")
+        admitted = await anyio.to_thread.run_sync(partial(_admitted, header))
+        if isinstance(admitted, JSONResponse):
+            await admitted(scope, receive, send)
+            return
+        scope[_AGENT_SCOPE_KEY] = admitted
+        await self.app(scope, receive, send)
+
+
+def http_app(*, host: str = "127.0.0.1") -> ASGIApp:
+    """The streamable-HTTP server at /mcp; `host` is where it listens (on a loopback address the
+    SDK also refuses requests whose Host or Origin is not a loopback one)."""
+    server = mcp_server(_http_host)
+    return AgentTokenRequired(server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host))

@@ -1,0 +1,121 @@
+"""The policy what-if page: a draft in the query string, the recorded calls judged again under it,
+for managers only, and nothing written."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from dispatch.models import AuditRecord, Confirmation
+from orders.models import Refund
+from tests.approvals import test_analytics
+from tests.approvals.test_analytics import Traffic, login_in_group
+from tests.conftest import MakeAgent
+
+pytestmark = pytest.mark.usefixtures("orders")
+
+# test_analytics' traffic and signed-in manager.
+clock = test_analytics.clock
+traffic = test_analytics.traffic
+manager = test_analytics.manager
+
+
+def outcome_rows(response: object) -> dict[str, tuple[int, int]]:
+    rows = response.context["rows"]  # type: ignore[attr-defined]
+    return {row.outcome: (row.actual_calls, row.draft_calls) for row in rows}
+
+
+def test_a_manager_sees_where_the_calls_would_have_gone(traffic: Traffic, manager: Client) -> None:
+    response = manager.get(
+        "/analytics/what-if/",
+        {"agent": str(traffic.shop.pk), "range": "24h", "auto_approve_below_cents": "20000"},
+    )
+
+    assert response.status_code == 200
+    # The small refund ran without a human; the held 90.00 would have too under the draft.
+    assert outcome_rows(response)["auto_executed"] == (1, 2)
+    assert outcome_rows(response)["one_reviewer"] == (1, 0)
+    [move] = response.context["moves"]
+    assert (move["actual"], move["draft"]) == ("Held for one reviewer", "Auto-executed")
+    assert move["examples"][0]["call_id"] in response.content.decode()
+    assert 'name="auto_approve_below_cents" value="20000"' in response.content.decode()
+
+
+def test_without_a_draft_it_shows_the_policy_in_force_and_no_move(
+    traffic: Traffic, manager: Client
+) -> None:
+    response = manager.get("/analytics/what-if/", {"agent": traffic.shop.pk})
+
+    assert response.status_code == 200
+    assert response.context["changed"] is False
+    assert response.context["moves"] == []
+    assert "The draft is the policy in force" in response.content.decode()
+
+
+def test_a_value_out_of_range_is_said_and_the_current_one_is_used(
+    traffic: Traffic, manager: Client
+) -> None:
+    response = manager.get(
+        "/analytics/what-if/",
+        {
+            "agent": str(traffic.shop.pk),
+            "auto_approve_window_seconds": "5",
+            "max_amount_cents": "x",
+        },
+    )
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "greater than or equal to 60" in page
+    assert "Enter a whole number" in page
+    assert response.context["changed"] is False
+
+
+def test_an_empty_two_reviewer_amount_means_one_reviewer_is_enough(
+    make_agent: MakeAgent, manager: Client
+) -> None:
+    agent, _ = make_agent(two_reviewers_from_cents=5_000)
+
+    response = manager.get(
+        "/analytics/what-if/", {"agent": str(agent.pk), "two_reviewers_from_cents": ""}
+    )
+
+    assert response.status_code == 200
+    assert response.context["changed"] is True
+    assert "No calls that move money in this range" in response.content.decode()
+
+
+def test_it_reads_and_writes_nothing(traffic: Traffic, manager: Client) -> None:
+    before = (AuditRecord.objects.count(), Confirmation.objects.count(), Refund.objects.count())
+
+    with CaptureQueriesContext(connection) as queries:
+        response = manager.get(
+            "/analytics/what-if/",
+            {
+                "agent": str(traffic.shop.pk),
+                "auto_approve_below_cents": "0",
+                "max_amount_cents": "1",
+            },
+        )
+
+    assert response.status_code == 200
+    writes = [q["sql"] for q in queries if not q["sql"].lstrip().upper().startswith("SELECT")]
+    assert writes == []
+    after = (AuditRecord.objects.count(), Confirmation.objects.count(), Refund.objects.count())
+    assert after == before
+
+
+def test_with_no_agent_it_says_how_to_make_one(manager: Client) -> None:
+    response = manager.get("/analytics/what-if/")
+
+    assert response.status_code == 200
+    assert "No agent with a policy yet" in response.content.decode()
+
+
+def test_it_is_for_managers_only(traffic: Traffic, client: Client) -> None:
+    reviewer = login_in_group("rita", "reviewers")
+
+    assert reviewer.get("/analytics/what-if/").status_code == 403
+    assert client.get("/analytics/what-if/").status_code == 302

@@ -1,0 +1,447 @@
+"""The MCP server, driven by the SDK's own client over both transports.
+
+stdio: `manage.py mcp_serve` in a process of its own, as a desktop client starts it. HTTP: the
+streamable-HTTP app under uvicorn in a thread of this process, on a port of its own. Both serve the
+test database, so the tests commit (transaction=True): the server's connections cannot see a
+test's transaction. The stdio server is another process, which sees the test database only on
+PostgreSQL (SQLite's test database lives in this process's memory).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import httpx2
+import pytest
+import requests
+import uvicorn
+from django.core.management import CommandError
+from django.db import connection
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from pytest_django.fixtures import Settings
+
+from dispatch import mcp
+from dispatch.models import Agent, AuditRecord, CallChannel, Confirmation, Session
+from dispatch.services import token_hash
+from orders.tools import GetOrderArguments, RefundOrderArguments
+from tests.conftest import Ledger, MakeAgent, Run, require_service
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+TOOLS = ["get_order", "refund_order", "get_confirmation_status"]
+REFUND = {"order_id": "ORD-1001", "amount_cents": 1000, "currency": "BRL", "reason": "damaged"}
+
+T = TypeVar("T")
+# Opens a connected client as the host of that token, customer (or none) and session (or none).
+Connect = Callable[..., AbstractAsyncContextManager[Client]]
+
+
+def drive(connect: Connect, steps: Callable[[Client], Awaitable[T]], token: str, **host: Any) -> T:
+    """Connect as that host, run the steps on the client, and disconnect."""
+
+    async def run() -> T:
+        async with connect(token, **host) as client:
+            return await steps(client)
+
+    return anyio.run(run)
+
+
+def audit(agent: Agent) -> list[AuditRecord]:
+    return list(AuditRecord.objects.filter(agent=agent).order_by("at", "id"))
+
+
+# stdio ------------------------------------------------------------------------------------------
+
+
+def server_database_url() -> str:
+    """The test database, for a server in another process: on PostgreSQL only."""
+    settings = connection.settings_dict
+    require_service(
+        connection.vendor == "postgresql",
+        "needs PostgreSQL: the stdio server is another process, which cannot see SQLite's "
+        "in-memory test database",
+    )
+    password = f":{settings['PASSWORD']}" if settings.get("PASSWORD") else ""
+    return (
+        f"postgres://{settings['USER']}{password}@{settings['HOST'] or '127.0.0.1'}:"
+        f"{settings['PORT'] or 5432}/{settings['NAME']}"
+    )
+
+
+def server_env(token: str | None) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "toolgate.settings.test",
+        "DATABASE_URL": server_database_url(),
+    }
+    env.pop(mcp.TOKEN_VARIABLE, None)
+    if token is not None:
+        env[mcp.TOKEN_VARIABLE] = token
+    return env
+
+
+@asynccontextmanager
+async def over_stdio(
+    token: str, *, customer: str | None = "CUS-1", session: str | None = None
+) -> AsyncIterator[Client]:
+    # A stdio server has one session, its own: a host cannot choose it.
+    assert session is None
+    args = ["manage.py", "mcp_serve", *(["--customer", customer] if customer else [])]
+    parameters = StdioServerParameters(
+        command=sys.executable, args=args, cwd=ROOT, env=server_env(token)
+    )
+    async with Client(parameters) as client:
+        yield client
+
+
+# streamable HTTP --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def mcp_url(transactional_db: None) -> Iterator[str]:
+    """The streamable-HTTP server under uvicorn in a thread; its URL. TOOLGATE_TEST_MCP_PORT
+    chooses its port (by default any free one)."""
+    config = uvicorn.Config(
+        mcp.http_app(host="127.0.0.1"),
+        host="127.0.0.1",
+        port=int(os.environ.get("TOOLGATE_TEST_MCP_PORT", "0")),
+        log_level="warning",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}{mcp.HTTP_PATH}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def http_connect(url: str) -> Connect:
+    @asynccontextmanager
+    async def over_http(
+        token: str,
+        *,
+        customer: str | None = "CUS-1",
+        session: str | None = None,
+        mode: str = "legacy",
+    ) -> AsyncIterator[Client]:
+        headers = {"Authorization": f"Token {token}"}
+        if customer is not None:
+            headers[mcp.CUSTOMER_HEADER] = customer
+        if session is not None:
+            headers[mcp.SESSION_HEADER] = session
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30) as http,
+            # legacy: the initialize handshake, which opens an MCP session (Mcp-Session-Id).
+            Client(streamable_http_client(url, http_client=http), mode=mode) as client,
+        ):
+            yield client
+
+    return over_http
+
+
+@pytest.fixture(params=["stdio", "http"])
+def connect(request: pytest.FixtureRequest) -> Connect:
+    if request.param == "stdio":
+        server_database_url()
+        return over_stdio
+    return http_connect(request.getfixturevalue("mcp_url"))
+
+
+@pytest.fixture
+def token(make_agent: MakeAgent) -> str:
+    return make_agent(allowed_tools=TOOLS)[1]
+
+
+def agent_of(token: str) -> Agent:
+    return Agent.objects.get(token_prefix=token[:10])
+
+
+# Both transports --------------------------------------------------------------------------------
+
+
+def test_it_lists_only_the_agents_allowed_tools_with_their_schemas_and_annotations(
+    connect: Connect, make_agent: MakeAgent
+) -> None:
+    _, reader = make_agent(allowed_tools=["get_order", "get_confirmation_status"])
+    _, refunder = make_agent(allowed_tools=["refund_order"])
+
+    async def listed(client: Client) -> list[Any]:
+        return (await client.list_tools()).tools
+
+    read_tools = drive(connect, listed, reader)
+    refund_tools = drive(connect, listed, refunder)
+
+    assert [tool.name for tool in read_tools] == ["get_order", "get_confirmation_status"]
+    get_order = read_tools[0]
+    assert get_order.input_schema == GetOrderArguments.model_json_schema()
+    assert get_order.annotations.read_only_hint is True
+    assert get_order.annotations.destructive_hint is False
+    assert get_order.annotations.idempotent_hint is True
+    assert [tool.name for tool in refund_tools] == ["refund_order"]
+    refund = refund_tools[0]
+    assert refund.input_schema == RefundOrderArguments.model_json_schema()
+    assert refund.input_schema["properties"]["amount_cents"]["type"] == "integer"
+    assert refund.annotations.read_only_hint is False
+    assert refund.annotations.destructive_hint is True
+    assert refund.annotations.idempotent_hint is True
+
+
+def test_a_valid_read_answers_model_text_and_the_result_contract(
+    connect: Connect, token: str, ledger: Ledger
+) -> None:
+    async def read(client: Client) -> Any:
+        return await client.call_tool("get_order", {"order_id": "ORD-1001"})
+
+    result = drive(connect, read, token)
+
+    assert result.is_error is False
+    contract = result.structured_content
+    assert contract["ok"] is True
+    assert contract["data"]["refundable_cents"] == 12_000
+    assert result.content[0].text == contract["model_text"]
+    [record] = audit(agent_of(token))
+    assert (record.tool, record.code, record.channel) == ("get_order", "OK", CallChannel.MCP)
+    assert record.customer_id == "CUS-1"
+    assert ledger.state() == (0, 0)
+
+
+def test_a_float_amount_is_rejected_with_its_hint_as_an_error(
+    connect: Connect, token: str, ledger: Ledger
+) -> None:
+    async def refund(client: Client) -> Any:
+        return await client.call_tool("refund_order", {**REFUND, "amount_cents": 25.9})
+
+    result = drive(connect, refund, token)
+
+    assert result.is_error is True
+    assert result.structured_content["code"] == "INVALID_ARGUMENTS"
+    assert "2590 for 25.90" in result.content[0].text
+    [record] = audit(agent_of(token))
+    assert (record.code, record.channel) == ("INVALID_ARGUMENTS", CallChannel.MCP)
+    assert ledger.state() == (0, 0)
+
+
+def test_a_large_refund_is_held_not_an_error_and_its_status_can_be_checked(
+    connect: Connect, token: str, ledger: Ledger
+) -> None:
+    async def refund_then_check(client: Client) -> tuple[Any, Any]:
+        held = await client.call_tool("refund_order", {**REFUND, "amount_cents": 9000})
+        confirmation_id = held.structured_content["data"]["confirmation_id"]
+        status = await client.call_tool(
+            "get_confirmation_status", {"confirmation_id": confirmation_id}
+        )
+        return held, status
+
+    held, status = drive(connect, refund_then_check, token)
+
+    assert held.is_error is False
+    assert held.structured_content["code"] == "CONFIRMATION_REQUIRED"
+    confirmation_id = held.structured_content["data"]["confirmation_id"]
+    assert confirmation_id in held.content[0].text
+    assert status.is_error is False
+    assert status.structured_content["data"]["status"] == "pending"
+    assert status.structured_content["data"]["arguments"]["amount_cents"] == 9000
+    confirmation = Confirmation.objects.get(pk=confirmation_id)
+    assert (confirmation.agent, confirmation.customer_id) == (agent_of(token), "CUS-1")
+    records = audit(agent_of(token))
+    assert [(r.code, r.channel) for r in records] == [
+        ("CONFIRMATION_REQUIRED", CallChannel.MCP),
+        ("OK", CallChannel.MCP),
+    ]
+    assert records[0].confirmation_id == confirmation_id
+    assert ledger.state() == (0, 0)
+
+
+def test_a_repeated_refund_in_the_session_is_replayed_without_touching_the_ledger(
+    connect: Connect, token: str, ledger: Ledger
+) -> None:
+    async def refund_twice(client: Client) -> tuple[Any, Any]:
+        first = await client.call_tool("refund_order", REFUND)
+        again = await client.call_tool("refund_order", REFUND)
+        return first, again
+
+    first, again = drive(connect, refund_twice, token)
+
+    assert first.structured_content["ok"] is True
+    assert first.structured_content["replayed"] is False
+    assert again.is_error is False
+    assert again.structured_content["replayed"] is True
+    assert again.structured_content["data"] == first.structured_content["data"]
+    records = audit(agent_of(token))
+    assert [(r.replayed, r.step, r.channel) for r in records] == [
+        (False, 1, CallChannel.MCP),
+        (True, 2, CallChannel.MCP),
+    ]
+    # The MCP session is one Toolgate session, bound to the host's customer.
+    assert records[0].session_id == records[1].session_id
+    session = Session.objects.get(agent=agent_of(token), session_id=records[0].session_id)
+    assert (session.customer_id, session.steps) == ("CUS-1", 2)
+    assert ledger.state() == (1, 1000)
+
+
+def test_a_call_without_a_customer_is_refused_and_nothing_is_dispatched(
+    connect: Connect, token: str, ledger: Ledger
+) -> None:
+    async def refund(client: Client) -> tuple[list[str], Any]:
+        listed = [tool.name for tool in (await client.list_tools()).tools]
+        return listed, await client.call_tool("refund_order", REFUND)
+
+    listed, result = drive(connect, refund, token, customer=None)
+
+    assert listed == TOOLS
+    assert result.is_error is True
+    assert "gave no customer" in result.content[0].text
+    assert result.structured_content is None
+    assert audit(agent_of(token)) == []
+    assert not Session.objects.filter(agent=agent_of(token)).exists()
+    assert ledger.state() == (0, 0)
+
+
+# Transport by transport -------------------------------------------------------------------------
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    },
+}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
+def test_over_http_a_missing_or_wrong_token_is_answered_401(mcp_url: str, token: str) -> None:
+    missing = requests.post(mcp_url, json=INITIALIZE, headers=ACCEPT, timeout=30)
+    wrong = requests.post(
+        mcp_url,
+        json=INITIALIZE,
+        headers={**ACCEPT, "Authorization": f"Token {token}x"},
+        timeout=30,
+    )
+    right = requests.post(
+        mcp_url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"Token {token}"}, timeout=30
+    )
+
+    assert missing.status_code == 401
+    assert missing.headers["WWW-Authenticate"] == "Token"
+    assert missing.json()["error"]["code"] == "not_authenticated"
+    assert wrong.status_code == 401
+    assert wrong.json()["error"]["message"] == "Invalid token, or the agent is disabled."
+    assert right.status_code == 200
+
+
+def test_over_http_an_agent_without_a_policy_is_answered_403(mcp_url: str) -> None:
+    token = "tg_without_a_policy_0123456789"
+    Agent.objects.create(name="no-policy", token_prefix=token[:10], token_hash=token_hash(token))
+
+    response = requests.post(
+        mcp_url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"Token {token}"}, timeout=30
+    )
+
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "permission_denied"
+
+
+def test_over_http_the_agents_requests_are_throttled_as_on_the_api(
+    mcp_url: str, token: str, settings: Settings
+) -> None:
+    settings.TOOLGATE_AGENT_THROTTLE_RATE = "2/min"
+    headers = {**ACCEPT, "Authorization": f"Token {token}"}
+
+    answers = [
+        requests.post(mcp_url, json=INITIALIZE, headers=headers, timeout=30) for _ in range(3)
+    ]
+
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert answers[2].json()["error"]["code"] == "throttled"
+    assert int(answers[2].headers["Retry-After"]) > 0
+
+
+def test_over_http_a_stateless_client_uses_the_hosts_session_header(
+    mcp_url: str, token: str, ledger: Ledger
+) -> None:
+    over_http = http_connect(mcp_url)
+
+    async def refund_twice(client: Client) -> list[Any]:
+        return [await client.call_tool("refund_order", REFUND) for _ in range(2)]
+
+    with_session = drive(over_http, refund_twice, token, session="conv-7", mode="auto")
+    without = drive(over_http, refund_twice, token, session=None, mode="auto")
+
+    assert [r.structured_content["replayed"] for r in with_session] == [False, True]
+    assert all(r.is_error and "no valid session" in r.content[0].text for r in without)
+    assert [r.session_id for r in audit(agent_of(token))] == ["conv-7", "conv-7"]
+    assert ledger.state() == (1, 1000)
+
+
+def test_over_http_a_session_stays_bound_to_its_first_customer(
+    mcp_url: str, token: str, ledger: Ledger
+) -> None:
+    over_http = http_connect(mcp_url)
+
+    async def read(client: Client) -> Any:
+        return await client.call_tool("get_order", {"order_id": "ORD-1001"})
+
+    drive(over_http, read, token, session="conv-8", customer="CUS-1")
+    other = drive(over_http, read, token, session="conv-8", customer="CUS-2")
+
+    assert other.is_error is True
+    assert "bound to another customer" in other.content[0].text
+    assert [r.customer_id for r in audit(agent_of(token))] == ["CUS-1"]
+
+
+@pytest.mark.parametrize(
+    ("token_of", "message"),
+    [
+        (lambda token: None, f"Set {mcp.TOKEN_VARIABLE} to the agent's token."),
+        (lambda token: token + "x", f"{mcp.TOKEN_VARIABLE} is not the token of an active agent"),
+    ],
+    ids=["missing", "wrong"],
+)
+def test_over_stdio_a_missing_or_wrong_token_stops_the_server_with_a_clear_message(
+    token: str, token_of: Callable[[str], str | None], message: str
+) -> None:
+    env = server_env(token_of(token))
+
+    completed = subprocess.run(
+        [sys.executable, "manage.py", "mcp_serve", "--customer", "CUS-1"],
+        cwd=ROOT,
+        env=env,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert completed.returncode == 1
+    assert message in completed.stderr
+    assert completed.stdout == ""
+
+
+def test_over_http_the_customer_is_not_an_option_of_the_server(run: Run) -> None:
+    with pytest.raises(CommandError) as refused:
+        run("mcp_serve", "--transport", "http", "--customer", "CUS-1")
+
+    assert mcp.CUSTOMER_HEADER in str(refused.value)
