@@ -9,7 +9,6 @@ import zoneinfo
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, timedelta
 from io import StringIO
-from types import SimpleNamespace
 
 import pytest
 from django.contrib.auth.models import User
@@ -18,7 +17,6 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from approvals import services
 from approvals.services import confirmation_expire, confirmation_reject
 from dispatch.metrics import (
     CallFigures,
@@ -361,14 +359,13 @@ PRECISION = 0.045
 
 
 @pytest.fixture
-def decisions_two_days_ago(make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatch) -> datetime:
+def decisions_two_days_ago(make_agent: MakeAgent) -> datetime:
     """Four held calls decided at noon UTC two days ago, after 60 s and 600 s (rejected by rita),
     3,600 s (rejected by bruno) and 7,200 s (expired). Returns the moment of the decisions."""
     agent, _ = make_agent()
     decided = timezone.now().astimezone(UTC).replace(
         hour=12, minute=0, second=0, microsecond=0
     ) - timedelta(days=2)
-    monkeypatch.setattr(services, "timezone", SimpleNamespace(now=lambda: decided))
     rita, bruno = User.objects.create_user("rita"), User.objects.create_user("bruno")
     for index, (wait, reviewer) in enumerate(
         ((60, rita), (600, rita), (3_600, bruno), (7_200, None))
@@ -381,9 +378,11 @@ def decisions_two_days_ago(make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatc
             expires_at=decided + timedelta(hours=1) if reviewer else decided,
         )
         if reviewer is None:
-            confirmation_expire(confirmation_id=held.pk)
+            confirmation_expire(confirmation_id=held.pk, now=decided)
         else:
-            confirmation_reject(confirmation_id=held.pk, reviewer=reviewer, reason="No.")
+            confirmation_reject(
+                confirmation_id=held.pk, reviewer=reviewer, reason="No.", now=decided
+            )
     return decided
 
 
