@@ -259,13 +259,14 @@ def _load(
                     "",
                     "1",
                     "2.5",
+                    "api",
                 ]
             )
             + "\n"
         )
     columns = (
         "call_id, at, agent_id, session_id, customer_id, step, tool, raw_arguments, arguments, "
-        "key, ok, code, message, replayed, confirmation_id, policy_version, duration_ms"
+        "key, ok, code, message, replayed, confirmation_id, policy_version, duration_ms, channel"
     )
     statement = f"COPY dispatch_auditrecord ({columns}) FROM STDIN"
     with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:
