@@ -796,8 +796,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     }
     if figures.total.calls:
         previous = scope.previous()
-        # Only its totals are shown: days are the fewest rows to sum them from.
-        before = call_figures(**previous.filters(), bucket=DAY)
+        # Only its totals are shown.
+        before = call_figures(**previous.filters(), bucket=None)
         outcomes = confirmation_outcomes(**scope.filters())
         charts = chart_data(scope, figures, outcomes)
         sort = request.GET.get("sort", "calls")

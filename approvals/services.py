@@ -3,9 +3,10 @@
 Every transition of a confirmation happens here, in a transaction, with its row locked: two
 reviewers clicking at once, a double submit, or an approval racing the expiry make one decision
 and at most one execution. Each vote, decision and execution is written to the confirmation's
-event log (approvals.models.ConfirmationEvent). The decision also settles the held call's
-idempotency record, so that the agent's identical call gets the confirmation's state, its result
-or its rejection, and never a second confirmation for a call that was approved.
+event log (approvals.models.ConfirmationEvent), and each decision is counted in the histogram of
+decision times the analytics read (dispatch.metrics.decision_count). The decision also settles
+the held call's idempotency record, so that the agent's identical call gets the confirmation's
+state, its result or its rejection, and never a second confirmation for a call that was approved.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pydantic import BaseModel
 
 from approvals.models import ConfirmationEvent, EventKind, ReviewerLimit, Vote
 from approvals.webhooks import webhook_enqueue
+from dispatch.metrics import BY_EXPIRY, decision_count
 from dispatch.models import (
     Agent,
     Confirmation,
@@ -133,6 +135,7 @@ def _approve(
             update_fields=["status", "decision_code", "decision_reason", "decided_at", "result"]
         )
         _event(confirmation, EventKind.INVALIDATED, reviewer, now, judged.message)
+        decision_count(confirmation=confirmation, decided_by=reviewer.get_username())
         webhook_enqueue(confirmation=confirmation, event="invalidated")
         # The call no longer passes: an identical call is judged anew.
         _settle_key(confirmation, IdempotencyStatus.OPEN, result=None, live=False)
@@ -142,6 +145,7 @@ def _approve(
     confirmation.decided_at = now
     confirmation.save(update_fields=["status", "decided_at"])
     _event(confirmation, EventKind.APPROVED, reviewer, now)
+    decision_count(confirmation=confirmation, decided_by=reviewer.get_username())
     webhook_enqueue(confirmation=confirmation, event="approved")
     # Held until its execution ends: an identical call gets the confirmation's state meanwhile.
     _settle_key(confirmation, IdempotencyStatus.HELD, result=None, live=True)
@@ -180,6 +184,7 @@ def _reject(
         update_fields=["status", "decision_code", "decision_reason", "decided_at", "result"]
     )
     _event(confirmation, EventKind.REJECTED, reviewer, now, reason)
+    decision_count(confirmation=confirmation, decided_by=reviewer.get_username())
     webhook_enqueue(confirmation=confirmation, event="rejected")
     # An identical call replays the rejection.
     _settle_key(confirmation, IdempotencyStatus.COMPLETED, result=confirmation.result, live=False)
@@ -377,6 +382,7 @@ def _expire_if_due(confirmation: Confirmation, now: datetime) -> bool:
     confirmation.decision_reason = "No reviewer decided before it expired."
     confirmation.save(update_fields=["status", "decided_at", "decision_code", "decision_reason"])
     _event(confirmation, EventKind.EXPIRED, None, now)
+    decision_count(confirmation=confirmation, decided_by=BY_EXPIRY)
     webhook_enqueue(confirmation=confirmation, event="expired")
     # An expired call may be held again.
     _settle_key(confirmation, IdempotencyStatus.OPEN, result=None, live=False)

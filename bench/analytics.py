@@ -157,7 +157,7 @@ def _measure(sizes: list[int], repeat: int) -> dict[str, Any]:
     from dispatch.metrics import (
         audit_in_session_order,
         call_figures,
-        rollups_from_audit,
+        rollups_rebuilt,
         rollups_replace,
     )
     from dispatch.services import agent_create
@@ -183,7 +183,7 @@ def _measure(sizes: list[int], repeat: int) -> dict[str, Any]:
         _load(size - loaded, agents, since, now, rng, offset=loaded)
         loaded = size
         started = time.perf_counter()
-        rollups_replace(*rollups_from_audit(audit_in_session_order().iterator(chunk_size=5000)))
+        rollups_replace(*rollups_rebuilt(audit_in_session_order().iterator(chunk_size=5000)))
         rebuild_s = time.perf_counter() - started
         api = _median_ms(lambda: client.get("/api/v1/metrics", QUERY), repeat)
         probe = client.get("/analytics/", DASHBOARD)
@@ -259,13 +259,14 @@ def _load(
                     "",
                     "1",
                     "2.5",
+                    "api",
                 ]
             )
             + "\n"
         )
     columns = (
         "call_id, at, agent_id, session_id, customer_id, step, tool, raw_arguments, arguments, "
-        "key, ok, code, message, replayed, confirmation_id, policy_version, duration_ms"
+        "key, ok, code, message, replayed, confirmation_id, policy_version, duration_ms, channel"
     )
     statement = f"COPY dispatch_auditrecord ({columns}) FROM STDIN"
     with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:

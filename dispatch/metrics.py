@@ -1,7 +1,9 @@
 """The figures managers read: one module for the dashboard, the metrics API and the simulator.
 
-Calls are counted in hourly rollups (dispatch.models.CallRollup) as they are written, so a figure
-over any range reads a few thousand rows whatever the number of calls. Definitions
+Calls are counted in hourly and daily rollups (dispatch.models.CallRollup, CallRollupDay) as they
+are written, and decisions on held calls in a daily histogram (DecisionRollup) as they are made:
+a figure over a long range reads its whole UTC days from the daily rows and only the hours at its
+ends from finer ones, so what it reads grows with the range, not with the calls. Definitions
 (../shared/PRODUCT.md, "Audit and metrics"):
 
 - rejected: not ok and not held for confirmation;
@@ -11,19 +13,36 @@ over any range reads a few thousand rows whatever the number of calls. Definitio
 
 from __future__ import annotations
 
-import statistics
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from itertools import islice
 from typing import Any, TypeVar
 
-from django.db import transaction
-from django.db.models import Count, QuerySet, Sum
+from django.db import connection, transaction
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    FilteredRelation,
+    Q,
+    QuerySet,
+    Sum,
+)
 from django.db.models.functions import TruncDay, TruncHour
+from django.utils import timezone
 
-from dispatch.models import AuditRecord, CallRollup, Confirmation, PendingRecovery
+from dispatch.models import (
+    AuditRecord,
+    CallRollup,
+    CallRollupDay,
+    Confirmation,
+    DecisionRollup,
+    PendingRecovery,
+)
 from dispatch.pipeline import codes
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, OK
 from dispatch.pipeline.policy import Policy
@@ -90,6 +109,15 @@ class CallFigures:
         default_factory=lambda: defaultdict(int)
     )
 
+    def add(self, bucket: datetime, sums: Mapping[str, Any]) -> None:
+        """Count a row of summed rollups: its tool's and code's, in its time bucket."""
+        tool, code = sums["tool"], sums["code"]
+        self.total.add(code, sums)
+        self.by_tool[tool].add(code, sums)
+        self.by_code[code].add(code, sums)
+        self.by_tool_code[tool, code].add(code, sums)
+        self.by_bucket_code[bucket, code] += sums["calls"]
+
     def per_tool(self, code: str) -> dict[str, int]:
         """How many calls of each tool ended with that code (loops, step limits)."""
         return {tool: tally.calls for (tool, c), tally in self.by_tool_code.items() if c == code}
@@ -121,30 +149,77 @@ def call_figures(
     until: datetime,
     agent_id: int | None = None,
     tool: str | None = None,
-    bucket: timedelta = timedelta(hours=1),
+    bucket: timedelta | None = timedelta(hours=1),
 ) -> CallFigures:
-    """The call figures of the hours from `since` up to `until` (rounded down to the hour).
+    """The call figures of the hours from `since` (rounded down) up to `until` (rounded up).
 
-    The database sums the rollups: what comes back is a row per tool and code, and per time
-    bucket and code, however many calls the range holds."""
+    Time buckets are hours under a day, calendar days in the reader's time zone from a day up;
+    `bucket` None asks for the totals only. The database sums the rollups: what comes back is a
+    row per tool and code, and per time bucket and code, however many calls the range holds.
+    Whole UTC days are summed from the daily rows, unless the chart needs the hours in them
+    (buckets under a day, or days of a time zone whose midnights are not UTC's)."""
+    start, end = _hour(since), _hour_after(until)
+    if bucket is None or (bucket >= DAY and _days_are_utc(start, end)):
+        first_day, last_day = _whole_days(start, end)
+    else:
+        first_day = last_day = _utc_day(start)  # the chart needs every hour
+    truncate = TruncHour if bucket is not None and bucket < DAY else TruncDay
+    hours = CallRollup.objects.filter(_outside_days("hour", start, end, first_day, last_day))
     figures = CallFigures()
-    truncate = TruncDay if bucket >= timedelta(days=1) else TruncHour
-    sums_per_bucket = (
-        _rollups(since, until, agent_id, tool)
+    for sums in (
+        _filtered(hours, agent_id, tool)
         .annotate(bucket=truncate("hour"))
         .values("bucket", "tool", "code")
         .annotate(**_SUMS)
         .order_by()
-    )
-    rows: Iterable[Mapping[str, Any]] = sums_per_bucket
-    for sums in rows:
-        tool_name, code = sums["tool"], sums["code"]
-        figures.total.add(code, sums)
-        figures.by_tool[tool_name].add(code, sums)
-        figures.by_code[code].add(code, sums)
-        figures.by_tool_code[tool_name, code].add(code, sums)
-        figures.by_bucket_code[sums["bucket"], code] += sums["calls"]
+    ):
+        figures.add(sums["bucket"], sums)
+    days = CallRollupDay.objects.filter(day__gte=first_day, day__lt=last_day)
+    for day_sums in _filtered(days, agent_id, tool).values("day", "tool", "code").annotate(**_SUMS):
+        figures.add(_midnight(day_sums["day"]), day_sums)
     return figures
+
+
+DAY = timedelta(days=1)
+_Row = TypeVar("_Row", CallRollup, CallRollupDay, DecisionRollup, Confirmation)
+
+
+def _filtered(rows: QuerySet[_Row], agent_id: int | None, tool: str | None) -> QuerySet[_Row]:
+    if agent_id is not None:
+        rows = rows.filter(agent_id=agent_id)
+    if tool is not None:
+        rows = rows.filter(tool=tool)
+    return rows
+
+
+def _whole_days(start: datetime, end: datetime) -> tuple[date, date]:
+    """The UTC days wholly inside [start, end): from the first up to the last, excluded."""
+    first = start.astimezone(UTC).date()
+    if _midnight(first) < start:
+        first += DAY
+    return first, max(first, end.astimezone(UTC).date())
+
+
+def _outside_days(field: str, start: datetime, end: datetime, first_day: date, last_day: date) -> Q:
+    """[start, end) but for the days from first_day up to last_day: two ranges an index reads."""
+    days_start, days_end = _midnight(first_day), _midnight(last_day)
+    return Q(**{f"{field}__gte": start, f"{field}__lt": min(days_start, end)}) | Q(
+        **{f"{field}__gte": max(days_end, start), f"{field}__lt": end}
+    )
+
+
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time(), UTC)
+
+
+def _days_are_utc(start: datetime, end: datetime) -> bool:
+    """Whether the reader's calendar days in [start, end) begin at UTC midnights."""
+    moment = start
+    while moment <= end:
+        if timezone.localtime(moment).utcoffset():
+            return False
+        moment += DAY
+    return True
 
 
 _SUMS = {
@@ -158,36 +233,115 @@ _SUMS = {
 def confirmation_outcomes(
     *, since: datetime, until: datetime, agent_id: int | None = None, tool: str | None = None
 ) -> dict[str, Any]:
-    """Held calls created in the range: how they ended, and how long a decision took."""
-    held = Confirmation.objects.filter(created_at__gte=since, created_at__lt=until)
-    if agent_id is not None:
-        held = held.filter(agent_id=agent_id)
-    if tool is not None:
-        held = held.filter(tool=tool)
+    """Held calls created in the range: how they ended, and how long a decision took.
+
+    The times are read from the daily histogram of decisions for the range's whole UTC days, and
+    from the held calls themselves at its ends; percentiles are those of the buckets' middles
+    (decision_bucket says how close they are)."""
+    held = _filtered(
+        Confirmation.objects.filter(created_at__gte=since, created_at__lt=until), agent_id, tool
+    )
     by_status = {
         row["status"]: row["count"]
         for row in held.values("status").annotate(count=Count("pk")).order_by()
     }
-    waits = [
-        _seconds(created, decided)
-        for created, decided in held.filter(decided_at__isnull=False).values_list(
-            "created_at", "decided_at"
-        )
-    ]
-    by_reviewer: dict[str, list[float]] = defaultdict(list)
-    decisions = held.filter(
-        decided_at__isnull=False, events__kind__in=["approved", "rejected", "invalidated"]
-    ).values_list("events__actor_label", "created_at", "decided_at")
-    for reviewer, created, decided in decisions:
-        by_reviewer[reviewer].append(_seconds(created, decided))
+    first_day, last_day = _whole_days(since, until)
+    histograms: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    days = DecisionRollup.objects.filter(day__gte=first_day, day__lt=last_day)
+    for decided_by, bucket, decisions in (
+        _filtered(days, agent_id, tool)
+        .values_list("decided_by", "bucket")
+        .annotate(Sum("decisions"))
+        .order_by()
+    ):
+        histograms[decided_by][bucket] += decisions
+    ends = held.filter(_outside_days("created_at", since, until, first_day, last_day))
+    for decider, wait in _decided(ends).iterator():
+        histograms[decider or BY_EXPIRY][decision_bucket(wait.total_seconds())] += 1
+    overall: dict[int, int] = defaultdict(int)
+    for histogram in histograms.values():
+        for bucket, decisions in histogram.items():
+            overall[bucket] += decisions
     return {
         "by_status": dict(sorted(by_status.items())),
-        "time_to_decision_seconds": _percentiles(waits),
+        "time_to_decision_seconds": _percentiles(overall),
         "by_reviewer": {
-            reviewer: {"decided": len(times), **_percentiles(times)}
-            for reviewer, times in sorted(by_reviewer.items())
+            reviewer: {"decided": sum(histogram.values()), **_percentiles(histogram)}
+            for reviewer, histogram in sorted(histograms.items())
+            if reviewer != BY_EXPIRY
         },
     }
+
+
+# The events that say who decided a held call; an expiry is nobody's decision.
+DECISION_EVENTS = ("approved", "rejected", "invalidated")
+BY_EXPIRY = ""
+
+# Decision times are counted in buckets that double every BUCKETS_PER_DOUBLING: bucket 0 is under
+# a second, bucket k from 2^((k-1)/8) up to 2^(k/8) seconds, the last one open-ended (194 days).
+BUCKETS_PER_DOUBLING = 8
+LAST_BUCKET = 24 * BUCKETS_PER_DOUBLING + 1
+
+
+def decision_bucket(seconds: float) -> int:
+    """The histogram bucket of a decision time. The middle of a bucket (decision_seconds) is
+    within 4.5 % of every time in it (2^(1/16)), or within half a second under a second."""
+    if seconds < 1:
+        return 0
+    return min(1 + math.floor(BUCKETS_PER_DOUBLING * math.log2(seconds)), LAST_BUCKET)
+
+
+def decision_seconds(bucket: int) -> float:
+    """The time a bucket stands for: its middle on the log scale."""
+    if bucket == 0:
+        return 0.5
+    return float(2 ** ((bucket - 0.5) / BUCKETS_PER_DOUBLING))
+
+
+def decision_count(*, confirmation: Confirmation, decided_by: str) -> None:
+    """Count a decision in its day's histogram, in the decision's own transaction."""
+    assert confirmation.decided_at is not None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _DECISION_COUNT,
+            {
+                "day": connection.ops.adapt_datefield_value(_utc_day(confirmation.created_at)),
+                "agent_id": confirmation.agent_id,
+                "tool": confirmation.tool,
+                "decided_by": decided_by,
+                "bucket": decision_bucket(
+                    _seconds(confirmation.created_at, confirmation.decided_at)
+                ),
+            },
+        )
+
+
+_DECISION_COUNT = """
+    INSERT INTO dispatch_decisionrollup AS rollup
+        (day, agent_id, tool, decided_by, bucket, decisions)
+    VALUES (%(day)s, %(agent_id)s, %(tool)s, %(decided_by)s, %(bucket)s, 1)
+    ON CONFLICT (day, agent_id, tool, decided_by, bucket) DO UPDATE
+        SET decisions = rollup.decisions + 1
+"""
+
+
+def _decided(held: QuerySet[Confirmation], *fields: str) -> QuerySet[Confirmation, Any]:
+    """Of each decided held call, the `fields` asked for, who decided it (None for an expiry)
+    and how long it took."""
+    return (
+        held.filter(decided_at__isnull=False)
+        .annotate(
+            decision=FilteredRelation("events", condition=Q(events__kind__in=DECISION_EVENTS)),
+            decider=F("decision__actor_label"),
+            wait=ExpressionWrapper(F("decided_at") - F("created_at"), output_field=DurationField()),
+        )
+        .order_by()
+        .values_list(*fields, "decider", "wait")
+    )
+
+
+def _utc_day(moment: datetime) -> date:
+    return moment.astimezone(UTC).date()
 
 
 def _seconds(created: datetime, decided: datetime | None) -> float:
@@ -195,24 +349,28 @@ def _seconds(created: datetime, decided: datetime | None) -> float:
     return (decided - created).total_seconds()
 
 
-def _percentiles(values: list[float]) -> dict[str, float | None]:
-    if not values:
+def _percentiles(histogram: Mapping[int, int]) -> dict[str, float | None]:
+    """The median and the 90th percentile as statistics.quantiles(method="inclusive") computes
+    them, of the buckets' middles."""
+    count = sum(histogram.values())
+    if not count:
         return {"p50": None, "p90": None}
-    if len(values) == 1:
-        return {"p50": values[0], "p90": values[0]}
-    cuts = statistics.quantiles(values, n=10, method="inclusive")
-    return {"p50": statistics.median(values), "p90": cuts[8]}
+    ordered = sorted(histogram.items())
 
+    def at(rank: int) -> float:
+        for bucket, decisions in ordered:
+            if rank < decisions:
+                return decision_seconds(bucket)
+            rank -= decisions
+        raise AssertionError("a rank beyond the count")  # pragma: no cover
 
-def _rollups(
-    since: datetime, until: datetime, agent_id: int | None, tool: str | None
-) -> QuerySet[CallRollup]:
-    rows = CallRollup.objects.filter(hour__gte=_hour(since), hour__lt=until)
-    if agent_id is not None:
-        rows = rows.filter(agent_id=agent_id)
-    if tool is not None:
-        rows = rows.filter(tool=tool)
-    return rows
+    def quantile(share: float) -> float:
+        position = (count - 1) * share
+        low = math.floor(position)
+        below, above = at(low), at(min(low + 1, count - 1))
+        return below + (above - below) * (position - low)
+
+    return {"p50": quantile(0.5), "p90": quantile(0.9)}
 
 
 def _hour(moment: datetime) -> datetime:
@@ -412,12 +570,39 @@ RECORDED_OUTCOMES = {
 
 # Rebuilding ------------------------------------------------------------------------------------
 
+# calls, replayed, correctable, recovered: per hour or day, agent, tool and code.
 Counts = dict[tuple[datetime, int, str, str], list[int]]
+DayCounts = dict[tuple[date, int, str, str], list[int]]
+# decisions per day, agent, tool, who decided and bucket.
+DecisionCounts = dict[tuple[date, int, str, str, int], int]
 
 
-def rollups_from_audit(records: Iterable[AuditRecord]) -> tuple[Counts, list[PendingRecovery]]:
+@dataclass(frozen=True)
+class Rollups:
+    hours: Counts
+    days: DayCounts
+    decisions: DecisionCounts
+
+    def differences(self, other: Rollups) -> list[str]:
+        """The rows that differ, each as its key and both values, this one's first."""
+        found = []
+        for name in ("hours", "days", "decisions"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            for key in sorted(set(mine) | set(theirs)):
+                if mine.get(key) != theirs.get(key):
+                    found.append(f"{name} {key}: {mine.get(key)}, {theirs.get(key)}")
+        return found
+
+
+def rollups_rebuilt(records: Iterable[AuditRecord]) -> tuple[Rollups, list[PendingRecovery]]:
     """The rollups, and the rejections still waiting for a fix, computed from audit records
-    given in order of agent, session and step: what the live counting must have arrived at."""
+    given in order of agent, session and step, and from the held calls' decisions: what the
+    live counting must have arrived at."""
+    hours, waiting = _hours_from_audit(records)
+    return Rollups(hours, _days_of(hours), _decisions_of_held()), waiting
+
+
+def _hours_from_audit(records: Iterable[AuditRecord]) -> tuple[Counts, list[PendingRecovery]]:
     model_fixable = tool_registry.catalogue.model_fixable()
     counts: Counts = defaultdict(lambda: [0, 0, 0, 0])  # calls, replayed, correctable, recovered
     waiting: list[PendingRecovery] = []
@@ -454,7 +639,25 @@ def rollups_from_audit(records: Iterable[AuditRecord]) -> tuple[Counts, list[Pen
             )
             for r in pending
         )
-    return counts, waiting
+    return dict(counts), waiting
+
+
+def _days_of(hours: Counts) -> DayCounts:
+    days: DayCounts = defaultdict(lambda: [0, 0, 0, 0])
+    for (hour, agent_id, tool, code), values in hours.items():
+        row = days[_utc_day(hour), agent_id, tool, code]
+        for index, value in enumerate(values):
+            row[index] += value
+    return dict(days)
+
+
+def _decisions_of_held() -> DecisionCounts:
+    counts: DecisionCounts = defaultdict(int)
+    decided = _decided(Confirmation.objects.all(), "created_at", "agent_id", "tool")
+    for created, agent_id, tool, decider, wait in decided.iterator():
+        bucket = decision_bucket(wait.total_seconds())
+        counts[_utc_day(created), agent_id, tool, decider or BY_EXPIRY, bucket] += 1
+    return dict(counts)
 
 
 SessionKey = tuple[int, str]
@@ -481,47 +684,74 @@ def audit_in_session_order() -> QuerySet[AuditRecord]:
 
 
 @transaction.atomic
-def rollups_replace(counts: Counts, waiting: list[PendingRecovery]) -> None:
+def rollups_replace(rollups: Rollups, waiting: list[PendingRecovery]) -> None:
     """Put the rebuilt rollups in place of the live ones, in one transaction."""
-    CallRollup.objects.all().delete()
-    PendingRecovery.objects.all().delete()
+    for model in (CallRollup, CallRollupDay, DecisionRollup, PendingRecovery):
+        model.objects.all().delete()
     CallRollup.objects.bulk_create(
         (
-            CallRollup(
-                hour=hour,
+            CallRollup(hour=hour, agent_id=agent_id, tool=tool, code=code, **_named(values))
+            for (hour, agent_id, tool, code), values in rollups.hours.items()
+        ),
+        batch_size=2000,
+    )
+    CallRollupDay.objects.bulk_create(
+        (
+            CallRollupDay(day=day, agent_id=agent_id, tool=tool, code=code, **_named(values))
+            for (day, agent_id, tool, code), values in rollups.days.items()
+        ),
+        batch_size=2000,
+    )
+    DecisionRollup.objects.bulk_create(
+        (
+            DecisionRollup(
+                day=day,
                 agent_id=agent_id,
                 tool=tool,
-                code=code,
-                calls=calls,
-                replayed=replayed,
-                correctable=correctable,
-                recovered=recovered,
+                decided_by=decided_by,
+                bucket=bucket,
+                decisions=decisions,
             )
-            for (hour, agent_id, tool, code), (calls, replayed, correctable, recovered) in (
-                counts.items()
-            )
+            for (day, agent_id, tool, decided_by, bucket), decisions in rollups.decisions.items()
         ),
         batch_size=2000,
     )
     PendingRecovery.objects.bulk_create(waiting, batch_size=2000)
 
 
-def rollups_live() -> Counts:
-    live: Counts = {}
-    for row in CallRollup.objects.all():
-        live[row.hour, row.agent_id, row.tool, row.code] = [
-            row.calls,
-            row.replayed,
-            row.correctable,
-            row.recovered,
-        ]
-    return live
+_COUNTED = ("calls", "replayed", "correctable", "recovered")
+
+
+def _named(values: list[int]) -> dict[str, int]:
+    return dict(zip(_COUNTED, values, strict=True))
+
+
+def rollups_live() -> Rollups:
+    return Rollups(
+        hours={
+            (hour, agent_id, tool, code): list(values)
+            for hour, agent_id, tool, code, *values in CallRollup.objects.values_list(
+                "hour", "agent_id", "tool", "code", *_COUNTED
+            )
+        },
+        days={
+            (day, agent_id, tool, code): list(values)
+            for day, agent_id, tool, code, *values in CallRollupDay.objects.values_list(
+                "day", "agent_id", "tool", "code", *_COUNTED
+            )
+        },
+        decisions={
+            (day, agent_id, tool, decided_by, bucket): decisions
+            for day, agent_id, tool, decided_by, bucket, decisions in (
+                DecisionRollup.objects.values_list(
+                    "day", "agent_id", "tool", "decided_by", "bucket", "decisions"
+                )
+            )
+        },
+    )
 
 
 # Drilldowns ------------------------------------------------------------------------------------
-
-# The events that say who decided a held call (as confirmation_outcomes reads them).
-DECISION_EVENTS = ("approved", "rejected", "invalidated")
 
 
 def calls_behind(
@@ -536,7 +766,7 @@ def calls_behind(
     replayed: bool = False,
 ) -> QuerySet[AuditRecord]:
     """The audit records a figure of call_figures over the same range counts: the calls of the
-    hours from `since` (rounded down) to `until`, as _rollups reads them."""
+    hours from `since` (rounded down) to `until`, as call_figures reads them."""
     records = AuditRecord.objects.filter(at__gte=_hour(since), at__lt=_hour_after(until))
     if agent_id is not None:
         records = records.filter(agent_id=agent_id)

@@ -261,7 +261,15 @@ class Confirmation(models.Model):
 
     class Meta:
         ordering = ["created_at"]
-        indexes = [models.Index(fields=["status", "expires_at"], name="confirmation_queue_idx")]
+        indexes = [
+            models.Index(fields=["status", "expires_at"], name="confirmation_queue_idx"),
+            # The held calls of a range, counted by status without reading the rows.
+            models.Index(
+                fields=["created_at"],
+                include=["status", "agent", "tool"],
+                name="confirmation_created_idx",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.tool} {self.id} ({self.status})"
@@ -359,6 +367,60 @@ class CallRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hour:%Y-%m-%d %H}h {self.tool} {self.code}: {self.calls}"
+
+
+class CallRollupDay(models.Model):
+    """The hourly rollups summed by UTC day, kept in the same statement as the hour's row.
+
+    A month is then 30 rows a kind of call, not 720: long ranges read days, and hours only at
+    their ends (dispatch/metrics.py).
+    """
+
+    day = models.DateField()
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
+    tool = models.CharField(max_length=128)
+    code = models.CharField(max_length=64)
+    calls = models.PositiveIntegerField(default=0)
+    replayed = models.PositiveIntegerField(default=0)
+    correctable = models.PositiveIntegerField(default=0)
+    recovered = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "agent", "tool", "code"], name="rollup_per_day_agent_tool_code"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.tool} {self.code}: {self.calls}"
+
+
+class DecisionRollup(models.Model):
+    """Decided held calls counted per UTC day of the hold, agent, tool, who decided and how long
+    it took, in fixed buckets (dispatch/metrics.py, decision_bucket). Bumped by the decision's
+    own transaction (approvals/services.py); `manage.py rebuild_rollups` recomputes them."""
+
+    day = models.DateField()
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
+    tool = models.CharField(max_length=64)
+    # The reviewer's name as the decision's event has it; empty for an expiry.
+    decided_by = models.CharField(max_length=150)
+    bucket = models.PositiveSmallIntegerField()
+    decisions = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "agent", "tool", "decided_by", "bucket"],
+                name="decisions_per_day_agent_tool_decider_bucket",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.day} {self.tool} {self.decided_by or 'expiry'} #{self.bucket}: {self.decisions}"
+        )
 
 
 class PendingRecovery(models.Model):

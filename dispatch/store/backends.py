@@ -166,27 +166,23 @@ class SQLite:
         cursor.execute(sql.AUDIT, audit)
         params = {**audit, **counts}
         cursor.execute(sql.ROLLUP, only(params, *_ROLLUP_PARAMS))
+        cursor.execute(sql.ROLLUP_DAY, only(params, *_ROLLUP_DAY_PARAMS))
         cursor.execute(sql.RECOVERIES, only(params, *_RECOVERIES_PARAMS))
         recovered: dict[tuple[Any, str, str], int] = {}
         for hour, tool, code, was_recovered in cursor.fetchall():
             if was_recovered:
                 recovered[hour, tool, code] = recovered.get((hour, tool, code), 0) + 1
         for (hour, tool, code), count in recovered.items():
-            cursor.execute(
-                sql.RECOVERED,
-                {
-                    "hour": hour,
-                    "agent_id": audit["agent_id"],
-                    "tool": tool,
-                    "code": code,
-                    "recovered": count,
-                },
-            )
+            row = {"agent_id": audit["agent_id"], "tool": tool, "code": code, "recovered": count}
+            cursor.execute(sql.RECOVERED, {**row, "hour": hour})
+            # SQLite keeps times as UTC text: the day is its first ten characters.
+            cursor.execute(sql.RECOVERED_DAY, {**row, "day": str(hour)[:10]})
         cursor.execute(sql.PENDING, only(params, *_PENDING_PARAMS))
 
 
 _STEP_PARAMS = ("agent_id", "session_id", "customer_id", "now")
 _ROLLUP_PARAMS = ("hour", "agent_id", "tool", "code", "replayed_count", "correctable_count")
+_ROLLUP_DAY_PARAMS = ("day", "agent_id", "tool", "code", "replayed_count", "correctable_count")
 _RECOVERIES_PARAMS = ("agent_id", "session_id", "call_step", "passes", "tool")
 _PENDING_PARAMS = ("agent_id", "session_id", "call_step", "tool", "code", "hour", "correctable")
 CLAIM_PARAMS = ("key", "agent_id", "session_id", "tool", "new_status", "count", "now")

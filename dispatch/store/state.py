@@ -264,6 +264,7 @@ def _counts(entry: AuditEntry, model_fixable: frozenset[str]) -> dict[str, Any]:
     correctable = not passes and entry.code in model_fixable and entry.step is not None
     return {
         "hour": _db_time(entry.at.replace(minute=0, second=0, microsecond=0)),
+        "day": connection.ops.adapt_datefield_value(entry.at.astimezone(UTC).date()),
         "replayed_count": int(entry.replayed),
         "correctable_count": int(correctable),
         "correctable": correctable,

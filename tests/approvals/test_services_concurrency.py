@@ -1,5 +1,5 @@
-"""Decisions that race each other, on PostgreSQL with real connections: one decision, at most one
-execution, and never a second confirmation or ledger row."""
+"""Decisions that race each other, on PostgreSQL with real connections: one decision, counted once
+in the analytics, at most one execution, and never a second confirmation or ledger row."""
 
 from __future__ import annotations
 
@@ -17,9 +17,11 @@ from django.utils import timezone
 from approvals.services import (
     ConfirmationError,
     confirmation_approve,
+    confirmation_reject,
     confirmations_expire_due,
 )
-from dispatch.models import Agent, Confirmation
+from dispatch.metrics import audit_in_session_order, rollups_live, rollups_rebuilt
+from dispatch.models import Agent, Confirmation, DecisionRollup
 from orders.models import Order, Refund
 from tests.approvals.conftest import HeldRefund, refund_call
 
@@ -53,6 +55,14 @@ def ledger(order: Order) -> int:
     return Refund.objects.filter(order=order).count()
 
 
+def decisions_counted() -> dict[str, int]:
+    """The decisions in the analytics' histogram, by who decided ("" for an expiry)."""
+    counted: dict[str, int] = {}
+    for decided_by, decisions in DecisionRollup.objects.values_list("decided_by", "decisions"):
+        counted[decided_by] = counted.get(decided_by, 0) + decisions
+    return counted
+
+
 @pytest.mark.parametrize("round_", range(3))
 def test_two_reviewers_approving_at_once_execute_once(
     round_: int, held_refund: HeldRefund, reviewers: list[User], order: Order
@@ -67,7 +77,46 @@ def test_two_reviewers_approving_at_once_execute_once(
     held.refresh_from_db()
     assert held.status == "executed"
     assert sum(isinstance(outcome, ConfirmationError) for outcome in outcomes) == 1
+    assert sum(decisions_counted().values()) == 1
     assert ledger(order) == 1
+
+
+@pytest.mark.parametrize("round_", range(2))
+def test_reviewers_deciding_many_held_calls_at_once_count_each_decision_once(
+    round_: int, held_refund: HeldRefund, reviewers: list[User], order: Order
+) -> None:
+    held = [held_refund(5_000 + index, session=f"s-{index}") for index in range(6)]
+
+    def decide(reviewer: User) -> Callable[[], list[Any]]:
+        def run() -> list[Any]:
+            outcomes: list[Any] = []
+            for confirmation in held:
+                try:
+                    outcomes.append(
+                        confirmation_reject(
+                            confirmation_id=confirmation.pk, reviewer=reviewer, reason="No."
+                        )
+                    )
+                except ConfirmationError as refused:
+                    outcomes.append(refused)
+            return outcomes
+
+        return run
+
+    at_once(*(decide(reviewer) for reviewer in reviewers))
+
+    deciders = dict(
+        Confirmation.objects.filter(events__kind="rejected").values_list(
+            "pk", "events__actor_label"
+        )
+    )
+    assert len(deciders) == len(held)
+    expected: dict[str, int] = {}
+    for name in deciders.values():
+        expected[name] = expected.get(name, 0) + 1
+    assert decisions_counted() == expected
+    assert rollups_live() == rollups_rebuilt(audit_in_session_order())[0]
+    assert ledger(order) == 0
 
 
 def test_a_double_submit_by_one_reviewer_is_one_vote(
@@ -132,3 +181,4 @@ def test_an_approval_racing_the_expiry_has_one_outcome(
     assert ledger(order) == (1 if held.status == "executed" else 0)
     kinds = list(held.events.values_list("kind", flat=True))
     assert ("expired" in kinds) != ("approved" in kinds)
+    assert decisions_counted() == ({"": 1} if "expired" in kinds else {reviewers[0].username: 1})

@@ -15,7 +15,7 @@ from pytest_django.fixtures import Settings
 
 from approvals.selectors import effective_status
 from demo.fixtures import DEMO_TOKEN
-from dispatch.metrics import audit_in_session_order, rollups_from_audit, rollups_live
+from dispatch.metrics import audit_in_session_order, rollups_live, rollups_rebuilt
 from dispatch.models import Agent, AuditRecord, Confirmation, Policy
 from dispatch.services import agent_authenticate, agent_create, token_hash
 from orders.models import Order
@@ -242,4 +242,4 @@ def test_its_history_spreads_the_traffic_over_30_days_through_the_pipeline(run: 
         assert confirmation.decided_at is not None
         assert timedelta(0) < confirmation.decided_at - confirmation.created_at <= timedelta(days=1)
     # Counted as calls are written, the rollups agree with the records they came from.
-    assert rollups_live() == rollups_from_audit(audit_in_session_order())[0]
+    assert rollups_live() == rollups_rebuilt(audit_in_session_order())[0]

@@ -5,27 +5,34 @@ from __future__ import annotations
 
 import json
 import threading
+import zoneinfo
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
 from io import StringIO
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from approvals.services import confirmation_expire, confirmation_reject
 from dispatch.metrics import (
+    CallFigures,
     audit_in_session_order,
     call_figures,
+    confirmation_outcomes,
+    decision_bucket,
+    decision_seconds,
     policy_what_if,
     recovery_rate,
-    rollups_from_audit,
     rollups_live,
+    rollups_rebuilt,
 )
-from dispatch.models import Agent
+from dispatch.models import Agent, Confirmation, DecisionRollup
 from dispatch.pipeline.what_if import AUTO_EXECUTED, TWO_REVIEWERS, Tally, draft_of
-from dispatch.services import call_dispatch
+from dispatch.services import _pipeline, call_dispatch
 from tests.conftest import MakeAgent
 
 pytestmark = pytest.mark.usefixtures("orders")
@@ -152,18 +159,25 @@ def test_loops_replays_and_step_limits_are_counted_per_tool(make_agent: MakeAgen
 
 def test_the_rebuild_agrees_with_the_live_rollups(make_agent: MakeAgent) -> None:
     agent, _ = make_agent()
-    for session in ("s-1", "s-2"):
+    reviewer = User.objects.create_user("rita")
+    for session, amount in (("s-1", 9_000), ("s-2", 9_500)):
         send(agent, session, "get_order", BAD_READ)
         send(agent, session, "refund_order", BAD_REFUND)
         send(agent, session, "get_order", GOOD_READ)
-        send(agent, session, "refund_order", HELD_REFUND)
+        send(agent, session, "refund_order", {**HELD_REFUND, "amount_cents": amount})
+    first, second = Confirmation.objects.order_by("session_id")
+    confirmation_reject(confirmation_id=first.pk, reviewer=reviewer, reason="Not returned.")
+    Confirmation.objects.filter(pk=second.pk).update(expires_at=timezone.now())
+    confirmation_expire(confirmation_id=second.pk)
     live = rollups_live()
 
-    rebuilt, waiting = rollups_from_audit(audit_in_session_order())
+    rebuilt, waiting = rollups_rebuilt(audit_in_session_order())
     out = StringIO()
     call_command("rebuild_rollups", "--check", stdout=out)
 
     assert rebuilt == live
+    assert sum(row[0] for row in live.days.values()) == 8
+    assert sorted(key[3] for key in live.decisions) == ["", "rita"]
     assert waiting == []
     assert "agree" in out.getvalue()
 
@@ -196,7 +210,9 @@ def test_concurrent_writers_count_every_call_once_and_a_rebuild_agrees(
 
     call_command("rebuild_rollups", stdout=out)
 
-    assert sum(row[0] for row in live.values()) == 8 * 5 * 3
+    assert sum(row[0] for row in live.hours.values()) == 8 * 5 * 3
+    assert sum(row[0] for row in live.days.values()) == 8 * 5 * 3
+    assert sum(row[3] for row in live.days.values()) == 8 * 5
     assert rollups_live() == live
     assert "Rebuilt" in out.getvalue()
 
@@ -256,3 +272,168 @@ def test_the_rollups_recovery_is_the_recovery_rate_of_the_records(make_agent: Ma
         key: (recovery.rejected, recovery.recovered)
         for key, recovery in from_records.by_tool_and_code.items()
     }
+
+
+# Long ranges: whole days from the daily rollups, hours at the ends -------------------------------
+
+
+@pytest.fixture
+def calls_over_three_days(make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatch) -> datetime:
+    """Three days of calls at 23:30 the day before, at noon and at 23:30 UTC, two rejections a
+    session; the sessions at 23:30 fix theirs at 00:30, after midnight. Returns the first
+    midnight."""
+    agent, _ = make_agent(step_budget=100)
+    midnight = timezone.now().astimezone(UTC).replace(
+        hour=0, minute=0, second=0, microsecond=0
+    ) - timedelta(days=3)
+    moment = midnight
+    monkeypatch.setattr(_pipeline(), "clock", lambda: moment)
+    for day in range(3):
+        for offset, session in ((-0.5, "early"), (12, "noon"), (23.5, "late")):
+            moment = midnight + timedelta(days=day, hours=offset)
+            send(agent, f"{session}-{day}", "get_order", BAD_READ)
+            send(agent, f"{session}-{day}", "get_order", UNKNOWN_ORDER)
+        moment = midnight + timedelta(days=day, hours=24.5)
+        send(agent, f"late-{day}", "get_order", GOOD_READ)
+    return midnight
+
+
+def test_days_and_hours_give_the_figures_of_the_hours_alone(
+    calls_over_three_days: datetime,
+) -> None:
+    since = calls_over_three_days - timedelta(hours=1)  # an hour before the first midnight
+    until = since + timedelta(days=3)  # an hour before the last
+
+    from_days = call_figures(since=since, until=until, bucket=timedelta(days=1))
+    from_hours = call_figures(since=since, until=until, bucket=timedelta(hours=1))
+
+    assert from_days.as_dict()["by_tool_and_code"] == from_hours.as_dict()["by_tool_and_code"]
+    # Each day 2 calls at 23:30 the day before, 2 at noon, 2 at 23:30 and a fix at 00:30 the next
+    # day; the range leaves out the last day's 23:30 and its fix.
+    assert from_days.total.calls == 7 + 7 + 4
+    # Both rejections of the sessions at 23:30 of the first two days, fixed after midnight.
+    assert from_days.total.recovered == 4
+    per_day: dict[tuple[datetime, str], int] = {}
+    for (hour, code), calls in from_hours.by_bucket_code.items():
+        day = hour.replace(hour=0)
+        per_day[day, code] = per_day.get((day, code), 0) + calls
+    assert dict(from_days.by_bucket_code) == per_day
+
+
+def test_a_reader_whose_days_are_not_utcs_gets_their_own_days(
+    calls_over_three_days: datetime,
+) -> None:
+    since = calls_over_three_days - timedelta(hours=1)
+    until = since + timedelta(days=3)
+
+    with timezone.override(zoneinfo.ZoneInfo("America/Sao_Paulo")):  # UTC-3, no summer time
+        local = call_figures(since=since, until=until, bucket=timedelta(days=1))
+    in_utc = call_figures(since=since, until=until, bucket=timedelta(days=1))
+
+    first = calls_over_three_days.date()
+    assert local.as_dict()["by_tool_and_code"] == in_utc.as_dict()["by_tool_and_code"]
+    assert {bucket.astimezone(UTC).hour for bucket, _ in local.by_bucket_code} == {3}
+    # The fixes at 00:30 UTC are at 21:30 the day before in São Paulo.
+    assert ok_days(local) == [first, first + timedelta(days=1)]
+    assert ok_days(in_utc) == [first + timedelta(days=1), first + timedelta(days=2)]
+
+
+def ok_days(figures: CallFigures) -> list[date]:
+    return sorted(bucket.date() for bucket, code in figures.by_bucket_code if code == "OK")
+
+
+def test_the_totals_alone_are_those_of_the_chart(calls_over_three_days: datetime) -> None:
+    since, until = calls_over_three_days, calls_over_three_days + timedelta(days=2, hours=5)
+
+    totals = call_figures(since=since, until=until, bucket=None)
+    charted = call_figures(since=since, until=until, bucket=timedelta(hours=1))
+
+    assert totals.as_dict()["by_tool_and_code"] == charted.as_dict()["by_tool_and_code"]
+
+
+# Decision times: from the daily histogram of decisions, and from the held calls at a range's ends
+
+
+# How far a percentile read from the histogram may be from the exact one (dispatch/metrics.py).
+PRECISION = 0.045
+
+
+@pytest.fixture
+def decisions_two_days_ago(make_agent: MakeAgent) -> datetime:
+    """Four held calls decided at noon UTC two days ago, after 60 s and 600 s (rejected by rita),
+    3,600 s (rejected by bruno) and 7,200 s (expired). Returns the moment of the decisions."""
+    agent, _ = make_agent()
+    decided = timezone.now().astimezone(UTC).replace(
+        hour=12, minute=0, second=0, microsecond=0
+    ) - timedelta(days=2)
+    rita, bruno = User.objects.create_user("rita"), User.objects.create_user("bruno")
+    for index, (wait, reviewer) in enumerate(
+        ((60, rita), (600, rita), (3_600, bruno), (7_200, None))
+    ):
+        refund = {**HELD_REFUND, "amount_cents": 9_000 + index}
+        assert send(agent, f"s-{index}", "refund_order", refund) == "CONFIRMATION_REQUIRED"
+        held = Confirmation.objects.get(session_id=f"s-{index}")
+        Confirmation.objects.filter(pk=held.pk).update(
+            created_at=decided - timedelta(seconds=wait),
+            expires_at=decided + timedelta(hours=1) if reviewer else decided,
+        )
+        if reviewer is None:
+            confirmation_expire(confirmation_id=held.pk, now=decided)
+        else:
+            confirmation_reject(
+                confirmation_id=held.pk, reviewer=reviewer, reason="No.", now=decided
+            )
+    return decided
+
+
+def test_decision_times_are_the_exact_ones_within_the_histograms_precision(
+    decisions_two_days_ago: datetime,
+) -> None:
+    now = timezone.now()
+
+    outcomes = confirmation_outcomes(since=now - timedelta(days=5), until=now)
+
+    # All four: 60, 600, 3,600 and 7,200 s. rita: 60 and 600. bruno: 3,600.
+    assert outcomes["time_to_decision_seconds"] == {
+        "p50": pytest.approx((600 + 3_600) / 2, rel=PRECISION),
+        "p90": pytest.approx(3_600 + 0.7 * (7_200 - 3_600), rel=PRECISION),
+    }
+    assert outcomes["by_reviewer"] == {
+        "bruno": {
+            "decided": 1,
+            "p50": pytest.approx(3_600, rel=PRECISION),
+            "p90": pytest.approx(3_600, rel=PRECISION),
+        },
+        "rita": {
+            "decided": 2,
+            "p50": pytest.approx(330, rel=PRECISION),
+            "p90": pytest.approx(546, rel=PRECISION),
+        },
+    }
+    assert outcomes["by_status"] == {"expired": 1, "rejected": 3}
+
+
+def test_decision_times_at_a_ranges_ends_are_those_of_its_days(
+    decisions_two_days_ago: datetime,
+) -> None:
+    now = timezone.now()
+
+    whole_days = confirmation_outcomes(since=now - timedelta(days=5), until=now)
+    hours = confirmation_outcomes(
+        since=decisions_two_days_ago - timedelta(hours=3), until=decisions_two_days_ago
+    )
+    DecisionRollup.objects.all().delete()
+    days_without_rollup = confirmation_outcomes(since=now - timedelta(days=5), until=now)
+
+    assert hours == whole_days
+    # The whole days were read from the histogram, not from the held calls.
+    assert days_without_rollup["time_to_decision_seconds"] == {"p50": None, "p90": None}
+
+
+def test_a_decision_times_bucket_stands_for_it_within_4_5_percent() -> None:
+    times = [1.0, 1.04, 59.9, 60.0, 61.3, 3_600.0, 86_399.0, 7 * 86_400.0]
+
+    shown = [decision_seconds(decision_bucket(seconds)) for seconds in times]
+
+    assert all(abs(s - t) <= 0.0443 * t for s, t in zip(shown, times, strict=True))
+    assert decision_seconds(decision_bucket(0.2)) == 0.5

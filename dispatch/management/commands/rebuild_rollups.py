@@ -1,4 +1,5 @@
-"""Recompute the call rollups from the audit records, or check that the live ones agree."""
+"""Recompute the rollups from the audit records and the held calls, or check that the live ones
+agree."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
 from dispatch.metrics import (
+    Rollups,
     audit_in_session_order,
-    rollups_from_audit,
     rollups_live,
+    rollups_rebuilt,
     rollups_replace,
 )
 from dispatch.models import AuditRecord
@@ -20,8 +22,9 @@ from dispatch.models import AuditRecord
 
 class Command(BaseCommand):
     help = (
-        "Recompute the rollups the dashboard and the metrics API read from the audit records. "
-        "Calls wait while the rollups are replaced; --check only compares."
+        "Recompute the rollups the dashboard and the metrics API read (calls by hour and by day, "
+        "decisions on held calls) from the audit records and the held calls. Calls and decisions "
+        "wait while the rollups are replaced; --check only compares."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -36,31 +39,30 @@ class Command(BaseCommand):
         total = AuditRecord.objects.count()
         self.stdout.write(f"Reading {total} audit records.")
         if options["check"]:
-            counts, _ = rollups_from_audit(self._progress(audit_in_session_order(), total))
-            live = rollups_live()
-            differing = sorted(
-                key for key in set(counts) | set(live) if counts.get(key) != live.get(key)
-            )
-            for key in differing[:20]:
-                self.stdout.write(f"  {key}: live {live.get(key)}, rebuilt {counts.get(key)}")
+            rebuilt, _ = rollups_rebuilt(self._progress(audit_in_session_order(), total))
+            differing = rollups_live().differences(rebuilt)
+            for difference in differing[:20]:
+                self.stdout.write(f"  {difference} (live, rebuilt)")
             if differing:
                 raise CommandError(f"{len(differing)} rollup rows differ from a rebuild.")
-            self.stdout.write(self.style.SUCCESS(f"The {len(live)} live rollup rows agree."))
+            self.stdout.write(self.style.SUCCESS(f"The {_rows(rebuilt)} live rollup rows agree."))
             return
         with transaction.atomic():
             if connection.vendor == "postgresql":
-                # Calls append their records and bump the rollups meanwhile: they wait here, so
-                # that none is counted twice or lost between the read and the swap.
+                # Calls append their records and bump the rollups meanwhile, reviewers decide held
+                # calls: they wait here, so that none is counted twice or lost between the read
+                # and the swap.
                 with connection.cursor() as cursor:
                     cursor.execute(
                         "LOCK TABLE dispatch_auditrecord, dispatch_callrollup, "
-                        "dispatch_pendingrecovery IN SHARE ROW EXCLUSIVE MODE"
+                        "dispatch_callrollupday, dispatch_pendingrecovery, dispatch_confirmation, "
+                        "dispatch_decisionrollup IN SHARE ROW EXCLUSIVE MODE"
                     )
-            counts, waiting = rollups_from_audit(self._progress(audit_in_session_order(), total))
-            rollups_replace(counts, waiting)
+            rebuilt, waiting = rollups_rebuilt(self._progress(audit_in_session_order(), total))
+            rollups_replace(rebuilt, waiting)
         self.stdout.write(
             self.style.SUCCESS(
-                f"Rebuilt {len(counts)} rollup rows; {len(waiting)} rejections await a fix."
+                f"Rebuilt {_rows(rebuilt)} rollup rows; {len(waiting)} rejections await a fix."
             )
         )
 
@@ -76,3 +78,7 @@ class Command(BaseCommand):
             yield record
         self.stdout.write("")
         sys.stdout.flush()
+
+
+def _rows(rollups: Rollups) -> int:
+    return len(rollups.hours) + len(rollups.days) + len(rollups.decisions)

@@ -53,10 +53,11 @@ def _statements(make_agent: MakeAgent, tool: str, arguments: dict[str, object]) 
 def test_a_read_is_its_opening_with_the_order_then_its_audit(make_agent: MakeAgent) -> None:
     count = _statements(make_agent, "get_order", {"order_id": "ORD-1001"})
 
-    # On SQLite the end of the call is five statements here: its audit record, its rollup row,
-    # its session's pending rejections settled, the one it recovers (the session's first call,
-    # get_order with no order id) counted, and its own added. On PostgreSQL: one, the audit's.
-    assert count == (2 if ONE_STATEMENT else 8)
+    # On SQLite the end of the call is seven statements here: its audit record, its rollup rows
+    # (hour and day), its session's pending rejections settled, the one it recovers (the
+    # session's first call, get_order with no order id) counted in its hour and its day, and its
+    # own added. On PostgreSQL: one, the audit's.
+    assert count == (2 if ONE_STATEMENT else 10)
 
 
 def test_an_executed_refund_is_its_opening_with_the_order_its_refund_and_audit(
@@ -75,8 +76,9 @@ def test_an_executed_refund_is_its_opening_with_the_order_its_refund_and_audit(
 
     # On SQLite three more: the allowance's two reads and its reservation. On PostgreSQL those are
     # sent on the reservations' own connection (dispatch/store/allowance.py), not counted here.
-    # And on SQLite the rollup row, the session's pending rejections and its own: three more.
-    assert count == (3 if ONE_STATEMENT else 13)
+    # And on SQLite the rollup rows (hour and day), the session's pending rejections and its
+    # own: four more.
+    assert count == (3 if ONE_STATEMENT else 14)
     orders["ORD-1001"].refresh_from_db()
     assert orders["ORD-1001"].refunded_cents == 500
 
