@@ -173,7 +173,8 @@ def policy_replay(policy: Policy, calls: Iterable[PastCall]) -> list[Verdict]:
                 "policy",
             )
             moved.append((call, movement))
-        elif policy.reviewers_required(call.amount_cents) == 2:
+        # As stage 7 does: the sum it makes with the window's money decides the reviewers.
+        elif policy.reviewers_required(history.customer_window_cents + call.amount_cents) == 2:
             verdicts.append(Verdict(call, TWO_REVIEWERS, hold.kind))
         else:
             verdicts.append(Verdict(call, ONE_REVIEWER, hold.kind))

@@ -126,3 +126,12 @@ def test_a_draft_out_of_range_names_the_field() -> None:
     assert error.value.field == "auto_approve_window_seconds"
     assert draft_of(policy, {"two_reviewers_from_cents": None}).two_reviewers_from_cents is None
     assert draft_of(policy, {"max_amount_cents": 7}).max_amount_cents == 7
+
+
+def test_the_window_s_money_counts_toward_two_reviewers_as_in_the_pipeline() -> None:
+    calls = [past(0, 4_000, AUTO_EXECUTED), past(1, 17_000, TWO_REVIEWERS)]
+
+    verdicts = policy_replay(default_policy(two_reviewers_from_cents=20_000), calls)
+
+    # 4000 auto-executed, then 17000: alone under 20000, with the window's 4000 it is 21000.
+    assert [v.outcome for v in verdicts] == [AUTO_EXECUTED, TWO_REVIEWERS]
