@@ -15,7 +15,12 @@ from pytest_django.fixtures import Settings
 
 from approvals.selectors import effective_status
 from demo.fixtures import DEMO_TOKEN
-from dispatch.metrics import audit_in_session_order, rollups_live, rollups_rebuilt
+from dispatch.metrics import (
+    audit_in_session_order,
+    policy_what_if,
+    rollups_live,
+    rollups_rebuilt,
+)
 from dispatch.models import Agent, AuditRecord, Confirmation, Policy
 from dispatch.services import agent_authenticate, agent_create, token_hash
 from orders.models import Order
@@ -243,3 +248,13 @@ def test_its_history_spreads_the_traffic_over_30_days_through_the_pipeline(run: 
         assert timedelta(0) < confirmation.decided_at - confirmation.created_at <= timedelta(days=1)
     # Counted as calls are written, the rollups agree with the records they came from.
     assert rollups_live() == rollups_rebuilt(audit_in_session_order())[0]
+    # Judged again under the policy that judged them, every call goes the way it went.
+    agent = Agent.objects.get(name="demo-agent")
+    assert agent.current_policy is not None
+    replay = policy_what_if(
+        agent_id=agent.pk,
+        since=now - timedelta(days=31),
+        until=now,
+        draft=agent.current_policy.snapshot(),
+    )
+    assert replay.calls > 0 and replay.moves == ()
