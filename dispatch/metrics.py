@@ -505,6 +505,14 @@ def _sorted(items: Iterable[tuple[_Key, Recovery]]) -> dict[_Key, Recovery]:
 # What a policy change would have done ------------------------------------------------------------
 
 
+# The codes of the calls a what-if judges again, and the outcome each records.
+RECORDED_OUTCOMES = {
+    OK.name: AUTO_EXECUTED,
+    CONFIRMATION_REQUIRED.name: ONE_REVIEWER,
+    codes.POLICY_LIMIT.name: REFUSED,
+}
+
+
 def policy_what_if(*, agent_id: int, since: datetime, until: datetime, draft: Policy) -> WhatIf:
     """The agent's recorded money-moving calls in the range, judged again under `draft`, beside
     what really happened to them. Reads only."""
@@ -558,14 +566,6 @@ def policy_what_if(*, agent_id: int, since: datetime, until: datetime, draft: Po
             )
         )
     return what_if_of(draft, calls)
-
-
-# The codes of the calls a what-if judges again, and the outcome each records.
-RECORDED_OUTCOMES = {
-    OK.name: AUTO_EXECUTED,
-    CONFIRMATION_REQUIRED.name: ONE_REVIEWER,
-    codes.POLICY_LIMIT.name: REFUSED,
-}
 
 
 # Rebuilding ------------------------------------------------------------------------------------

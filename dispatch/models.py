@@ -341,14 +341,9 @@ class SecurityEvent(models.Model):
         return f"{self.status} {self.reason} {self.method} {self.path}"
 
 
-class CallRollup(models.Model):
-    """Calls counted per hour, agent, tool and code, as they are written (dispatch/metrics.py).
+class CallCounts(models.Model):
+    """What a rollup row counts of the calls of one agent, tool and code in its period."""
 
-    Each call's row is bumped in the statement that appends its audit record, so it is counted
-    exactly once with it; `manage.py rebuild_rollups` recomputes them from the audit records.
-    """
-
-    hour = models.DateTimeField()
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
     tool = models.CharField(max_length=128)
     code = models.CharField(max_length=64)
@@ -357,6 +352,19 @@ class CallRollup(models.Model):
     # Rejections the model can fix, and how many of them it did fix within its next 3 calls.
     correctable = models.PositiveIntegerField(default=0)
     recovered = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class CallRollup(CallCounts):
+    """Calls counted per hour, agent, tool and code, as they are written (dispatch/metrics.py).
+
+    Each call's row is bumped in the statement that appends its audit record, so it is counted
+    exactly once with it; `manage.py rebuild_rollups` recomputes them from the audit records.
+    """
+
+    hour = models.DateTimeField()
 
     class Meta:
         constraints = [
@@ -369,7 +377,7 @@ class CallRollup(models.Model):
         return f"{self.hour:%Y-%m-%d %H}h {self.tool} {self.code}: {self.calls}"
 
 
-class CallRollupDay(models.Model):
+class CallRollupDay(CallCounts):
     """The hourly rollups summed by UTC day, kept in the same statement as the hour's row.
 
     A month is then 30 rows a kind of call, not 720: long ranges read days, and hours only at
@@ -377,13 +385,6 @@ class CallRollupDay(models.Model):
     """
 
     day = models.DateField()
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
-    tool = models.CharField(max_length=128)
-    code = models.CharField(max_length=64)
-    calls = models.PositiveIntegerField(default=0)
-    replayed = models.PositiveIntegerField(default=0)
-    correctable = models.PositiveIntegerField(default=0)
-    recovered = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
