@@ -440,8 +440,12 @@ def test_a_month_is_drawn_by_day_and_each_day_lists_its_own_calls(
 
     today, that_day = series["urls"][-1], series["urls"][earlier]
 
-    # 30 days from the current hour touch 31 calendar days, the first and the last in part.
-    assert len(chart["labels"]) == 31
+    # 30 days up to the end of the current hour touch 31 calendar days, the first and the last
+    # in part; in the last hour of a day they touch 30 whole ones.
+    until = timezone.localtime(traffic.now).replace(minute=0, second=0, microsecond=0)
+    until += timedelta(hours=1)
+    days = (until - timedelta(microseconds=1)).date() - (until - timedelta(days=30)).date()
+    assert len(chart["labels"]) == days.days + 1
     assert series["texts"][earlier] == "50.0 % (1 of 2)"
     assert listed_calls(manager, today) == calls_where(
         code="INVALID_ARGUMENTS", at__gte=traffic.now - timedelta(hours=1)
