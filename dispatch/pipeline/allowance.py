@@ -1,27 +1,49 @@
-"""Money a policy lets through without a human: what stage 7 judges for a call that moves money.
+"""The sum: what stage 7 judges for a call that moves money, and an approval judges again.
 
-The risk is the money, not the call. A high-risk call that moves an amount runs without a human
-only while:
+The risk is the money, not the call. Every money threshold is judged on the customer's sum in the
+currency within the policy's rolling window, across agents and sessions: everything moved or on
+its way (moved without a human, moved with a reviewer's approval, held for a reviewer, approved and
+not yet executed), with this call included. A high-risk call that moves an amount runs without a
+human only while:
 
-- what was auto-approved for the same customer in the same currency within the policy's window,
-  by any agent, stays below the auto-approve amount with this call included;
+- it does not repeat a call of the same tool, subject and amount (a refund of the same order)
+  from another session or another agent that is held, approved, executing or executed within
+  the window: that is a possible duplicate, held for a human and linked to its twin;
+- the customer's sum stays below the auto-approve amount;
 - what this agent moved without a human in that currency on this UTC day stays within its daily
-  cap with this call included;
-- it does not repeat money moved by an executed call (same tool, subject and amount, such as a
-  refund of the same order) from another session or another agent within the window.
+  cap with this call included.
 
-Otherwise it is held for a human, with the reason. A store reads the history, has it judged and
-records the reservation in one atomic step (StatePort.reserve_allowance), so that calls racing
-each other cannot together pass a limit that each passes alone.
+Otherwise it is held for a human, with the reason, and its money is reserved as held: it counts
+in the sum while its confirmation can still execute. The same sum decides how many reviewers it
+needs, at the hold and again at the approval (held_sum), where the call's own amount counts once.
+A store reads the history, has it judged and reserves the money in one atomic step
+(StatePort.reserve_allowance), so that calls racing each other cannot together pass a limit that
+each passes alone. docs/approvals.md says the rule in a reviewer's words.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from dispatch.pipeline.policy import Policy
+
+# How money stands in the sum: moved without a human, moved with a reviewer's approval, held for a
+# reviewer (counts until its confirmation's expiry), approved by a reviewer and not yet executed.
+POLICY = "policy"
+REVIEWER = "reviewer"
+HELD = "held"
+APPROVED = "approved"
+MOVED = frozenset({POLICY, REVIEWER})
+ON_ITS_WAY = frozenset({HELD, APPROVED})
+
+
+def execution_key(confirmation_id: str) -> str:
+    """The key a held call's execution passes to the system of record, one per confirmation; its
+    money is reserved under the same key from the hold on, so that it is one row of money."""
+    return hashlib.sha256(f"confirmation:{confirmation_id}".encode()).hexdigest()
 
 
 class Movement(NamedTuple):
@@ -34,12 +56,14 @@ class Movement(NamedTuple):
     subject: str
     amount_cents: int
     at: datetime
-    # "policy" when no human approved it, "reviewer" when one did.
+    # One of POLICY, REVIEWER, HELD, APPROVED.
     approval: str
+    # The held call it is the money of, if a human was asked.
+    confirmation_id: str = ""
 
 
 class AllowanceRequest(NamedTuple):
-    """A call that would move money without a human, as the store needs it to judge and reserve."""
+    """A call that would move money, as the store needs it to judge and reserve."""
 
     key: str
     agent_id: str
@@ -55,19 +79,31 @@ class AllowanceRequest(NamedTuple):
     since: datetime
     # Whether the agent's money of the day matters (the policy has a daily cap).
     agent_day_needed: bool = True
+    # Where the call is held: its confirmation, and until when it may be approved. Its money is
+    # then reserved as held under the confirmation's execution key.
+    confirmation_id: str = ""
+    held_until: datetime | None = None
+
+    @property
+    def held_key(self) -> str:
+        return execution_key(self.confirmation_id) if self.confirmation_id else ""
 
 
 class AllowanceHistory(NamedTuple):
-    # Auto-approved for the customer and currency within the window, by any agent: how much, in
-    # how many movements, and the latest of them (a store may give only the last few).
+    # The customer's sum in the currency within the window, by any agent, this call left out:
+    # how much, in how many movements, and the latest of them (a store may give only the last
+    # few). Held money counts while its confirmation can still execute.
     customer_window_cents: int
     customer_window_count: int
     customer_window: tuple[Movement, ...]
     # Moved without a human by this agent in the currency on the call's UTC day (0 when the
     # policy has no daily cap: nothing asks).
     agent_day_cents: int
-    # Executed movements of the same tool, customer, subject and amount within the window.
+    # Movements of the same tool, customer, subject and amount within the window, in any state.
     repeats: tuple[Movement, ...]
+    # Of the customer's sum: what is on its way (held or approved), and what a reviewer moved.
+    customer_held_cents: int = 0
+    customer_reviewed_cents: int = 0
 
 
 class HoldReason(NamedTuple):
@@ -84,11 +120,32 @@ AGENT_DAILY_CAP = "agent_daily_cap"
 POSSIBLE_DUPLICATE = "possible_duplicate"
 
 
+def twins_of(request: AllowanceRequest, history: AllowanceHistory) -> tuple[Movement, ...]:
+    """The movements the call may repeat: same tool, subject and amount, from another session or
+    agent (in its own session an identical call is replayed by its key instead)."""
+    return tuple(
+        movement
+        for movement in history.repeats
+        if movement.session_id != request.session_id or movement.agent_id != request.agent_id
+    )
+
+
 def allowance_judge(
     policy: Policy, request: AllowanceRequest, history: AllowanceHistory
 ) -> HoldReason | None:
     """None if the call may move its money without a human; otherwise why it is held."""
     amount, currency = request.amount_cents, request.currency
+    twins = twins_of(request, history)
+    if twins:
+        first = twins[0]
+        return HoldReason(
+            POSSIBLE_DUPLICATE,
+            f"it may repeat an earlier {first.tool} of {first.amount_cents} {currency} for "
+            f"{first.subject} ({_state_words(first)} at "
+            f"{first.at.isoformat(timespec='seconds')}, in another conversation): a possible "
+            "duplicate, which a reviewer must approve as a separate one",
+            {"earlier": [_as_data(movement) for movement in twins[:SHOWN]]},
+        )
     threshold = policy.auto_approve_below_cents
     earlier = history.customer_window_cents
     if amount >= threshold:
@@ -100,14 +157,16 @@ def allowance_judge(
     if earlier + amount >= threshold:
         return HoldReason(
             WINDOW_SUM,
-            f"{earlier} {currency} was already moved without a human for this customer in the "
-            f"last {_duration(policy.auto_approve_window_seconds)} "
+            f"{_earlier_words(history, currency)} for this customer in the last "
+            f"{_duration(policy.auto_approve_window_seconds)} "
             f"({_movements(history)}); with this {amount} the sum, "
             f"{earlier + amount}, is not below {threshold}",
             {
                 "earlier": [_as_data(movement) for movement in history.customer_window[-SHOWN:]],
                 "earlier_count": history.customer_window_count,
                 "earlier_cents": earlier,
+                "held_cents": history.customer_held_cents,
+                "reviewed_cents": history.customer_reviewed_cents,
                 "sum_cents": earlier + amount,
                 "auto_approve_below_cents": threshold,
             },
@@ -120,32 +179,83 @@ def allowance_judge(
             f"today (UTC); with this {amount} it would pass its daily cap of {cap}",
             {"agent_day_cents": history.agent_day_cents, "daily_cap_cents": cap},
         )
-    repeats = [
-        movement
-        for movement in history.repeats
-        if movement.session_id != request.session_id or movement.agent_id != request.agent_id
-    ]
-    if repeats:
-        first = repeats[0]
-        return HoldReason(
-            POSSIBLE_DUPLICATE,
-            f"it repeats {first.tool} of {first.amount_cents} {currency} for {first.subject}, "
-            f"executed at {first.at.isoformat(timespec='seconds')} in another conversation: "
-            "a possible duplicate",
-            {"earlier": [_as_data(movement) for movement in repeats]},
-        )
     return None
 
 
+class HeldSum(NamedTuple):
+    """A held call's money beside the customer's other money in the window, as an approval
+    judges it again: the call's own amount counts once."""
+
+    amount_cents: int
+    # The customer's other money in the window, and of it what is on its way.
+    earlier_cents: int
+    held_cents: int
+    reviewers_required: int
+    # Its twins (same tool, subject and amount, another session or agent) in any state.
+    twins: tuple[Movement, ...]
+
+    @property
+    def sum_cents(self) -> int:
+        return self.earlier_cents + self.amount_cents
+
+    @property
+    def twins_approved(self) -> tuple[Movement, ...]:
+        """The twins that are approved, executing or executed: approving this one may pay
+        twice."""
+        return tuple(twin for twin in self.twins if twin.approval != HELD)
+
+
+def held_sum(policy: Policy, request: AllowanceRequest, history: AllowanceHistory) -> HeldSum:
+    """The sum a held call makes with the customer's other money now (history leaves out the
+    call's own reservation), and the number of reviewers that sum needs."""
+    return HeldSum(
+        amount_cents=request.amount_cents,
+        earlier_cents=history.customer_window_cents,
+        held_cents=history.customer_held_cents,
+        reviewers_required=policy.reviewers_required(
+            history.customer_window_cents + request.amount_cents
+        ),
+        twins=twins_of(request, history),
+    )
+
+
+def _state_words(movement: Movement) -> str:
+    return {
+        POLICY: "executed",
+        REVIEWER: "executed after a review",
+        HELD: "held for a reviewer",
+        APPROVED: "approved",
+    }.get(movement.approval, movement.approval)
+
+
+def _earlier_words(history: AllowanceHistory, currency: str) -> str:
+    held, reviewed = history.customer_held_cents, history.customer_reviewed_cents
+    automatic = history.customer_window_cents - held - reviewed
+    if not held and not reviewed:
+        return f"{automatic} {currency} was already moved without a human"
+    parts = [
+        f"{cents} {currency} {words}"
+        for cents, words in (
+            (automatic, "moved without a human"),
+            (reviewed, "moved with a reviewer's approval"),
+            (held, "held for a reviewer or approved"),
+        )
+        if cents
+    ]
+    return f"{history.customer_window_cents} {currency} is already moved or on its way (" + (
+        ", ".join(parts) + ")"
+    )
+
+
 def _as_data(movement: Movement) -> dict[str, Any]:
+    # What the model and the reviewer are told of another call: never its agent's or session's
+    # ids, which are not the model's to see.
     return {
         "tool": movement.tool,
         "subject": movement.subject,
         "amount_cents": movement.amount_cents,
         "at": movement.at.isoformat(),
         "approval": movement.approval,
-        "agent_id": movement.agent_id,
-        "session_id": movement.session_id,
     }
 
 

@@ -19,7 +19,13 @@ from typing import Any, NamedTuple, TypeAlias
 from pydantic import BaseModel, ValidationError
 
 from dispatch.pipeline import codes
-from dispatch.pipeline.allowance import AllowanceRequest, HoldReason, allowance_judge
+from dispatch.pipeline.allowance import (
+    AllowanceRequest,
+    HoldReason,
+    allowance_judge,
+    execution_key,
+    twins_of,
+)
 from dispatch.pipeline.canonical import arguments_hash, canonical_json, idempotency_key
 from dispatch.pipeline.codes import Code
 from dispatch.pipeline.messages import describe_validation_error
@@ -506,6 +512,10 @@ class Pipeline:
         reserved = False
         if spec.risk is _HIGH_RISK:
             now = self.clock()
+            # The id it is held under, if it is: its money is reserved as held with the judgement.
+            confirmation_id = self.new_id()
+            expires_at = now + timedelta(seconds=policy.confirmation_ttl_seconds)
+            duplicate_of = ""
             if amount is None:
                 hold: HoldReason | None = HoldReason(
                     "high_risk", "a high-risk call that moves no declared amount", {}
@@ -524,15 +534,19 @@ class Pipeline:
                     at=now,
                     since=now - timedelta(seconds=policy.auto_approve_window_seconds),
                     agent_day_needed=policy.daily_cap_cents is not None,
+                    confirmation_id=confirmation_id,
+                    held_until=expires_at,
                 )
                 history, hold = state.reserve_allowance(
                     request, partial(allowance_judge, policy, request)
                 )
-                # The money is the risk: the sum it makes decides how many reviewers it needs.
+                # The money is the risk: the customer's sum with it decides how many reviewers.
                 total = history.customer_window_cents + amount
+                twins = twins_of(request, history)
+                duplicate_of = twins[0].key if twins else ""
             if hold is not None:
                 confirmation = PendingConfirmation(
-                    confirmation_id=self.new_id(),
+                    confirmation_id=confirmation_id,
                     key=key,
                     tool=spec.name,
                     arguments=dict(validated),
@@ -544,11 +558,18 @@ class Pipeline:
                     reviewers_required=policy.reviewers_required(total),
                     amount_cents=amount,
                     created_at=now,
-                    expires_at=now + timedelta(seconds=policy.confirmation_ttl_seconds),
+                    expires_at=expires_at,
                     reason=hold._asdict(),
                     host_context=call.context,
+                    duplicate_of=duplicate_of,
                 )
-                state.hold(confirmation)
+                try:
+                    state.hold(confirmation)
+                except BaseException:
+                    # Not held after all: its money is not on its way.
+                    if amount is not None:
+                        state.release_allowance(execution_key(confirmation_id))
+                    raise
                 trace.confirmation_id = confirmation.confirmation_id
                 return self._held(call_id, confirmation, replayed=False), _KEY_HELD
             reserved = True

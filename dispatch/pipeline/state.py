@@ -14,7 +14,19 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, NamedTuple, Protocol
 
-from dispatch.pipeline.allowance import AllowanceHistory, AllowanceRequest, HoldReason, Movement
+from dispatch.pipeline.allowance import (
+    APPROVED,
+    HELD,
+    MOVED,
+    ON_ITS_WAY,
+    POLICY,
+    REVIEWER,
+    AllowanceHistory,
+    AllowanceRequest,
+    HoldReason,
+    Movement,
+    execution_key,
+)
 
 
 class SessionConflict(Exception):
@@ -60,6 +72,8 @@ class PendingConfirmation(NamedTuple):
     status: str = "pending"
     # The host's context for the reviewer (ToolCall.context).
     host_context: str = ""
+    # The money it may repeat (a possible duplicate): the twin movement's key.
+    duplicate_of: str = ""
 
 
 class Claim(NamedTuple):
@@ -219,15 +233,18 @@ class StatePort(Protocol):
     def reserve_allowance(
         self, request: AllowanceRequest, judge: Callable[[AllowanceHistory], HoldReason | None]
     ) -> tuple[AllowanceHistory, HoldReason | None]:
-        """Read the history the request is judged by, judge it, and if judge finds no reason to
-        hold, reserve the request's money (a movement approved by the policy), all atomically:
-        no other reservation of the same customer or agent comes between the read and the
-        reservation. The reservation counts from then on, whatever happens to the call's own
-        transaction, until release_allowance."""
+        """Read the history the request is judged by, judge it, and reserve the request's money,
+        all atomically: no other reservation of the same customer or agent comes between the
+        read and the reservation. If judge finds no reason to hold, the money is reserved as moved
+        without a human under the request's key; if it holds and the request names its
+        confirmation, as held under the confirmation's execution key until `held_until`. The
+        reservation counts from then on, whatever happens to the call's own transaction, until
+        release_allowance (or, for held money, a reviewer's decision)."""
         ...
 
     def release_allowance(self, key: str) -> None:
-        """The reserved call did not move its money: its reservation no longer counts."""
+        """The reserved call did not move its money, or was not held after all: its reservation
+        no longer counts."""
         ...
 
 
@@ -251,13 +268,16 @@ class InMemoryState:
     keys: dict[str, _KeyRecord] = field(default_factory=dict)
     confirmations: dict[str, PendingConfirmation] = field(default_factory=dict)
     audit: list[AuditEntry] = field(default_factory=list)
-    # Reserved money by key, with its customer and currency; released ones are dropped. Indexed
-    # by customer and currency, and summed by agent, currency and day, as a database would.
+    # Reserved money by key (moved, or held for a human), with its customer and currency; released
+    # ones are dropped. Indexed by customer and currency, and what moved without a human summed by
+    # agent, currency and day, as a database would.
     movements: dict[str, tuple[str, str, Movement]] = field(default_factory=dict)
     _by_customer: dict[tuple[str, str], dict[str, Movement]] = field(
         default_factory=dict, repr=False
     )
     _agent_day: dict[tuple[str, str, date], int] = field(default_factory=dict, repr=False)
+    # When held money stops counting: its confirmation's expiry.
+    _expiries: dict[str, datetime] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def open_call(
@@ -347,34 +367,61 @@ class InMemoryState:
     ) -> tuple[AllowanceHistory, HoldReason | None]:
         with self._lock:
             customer = self._by_customer.setdefault((request.customer_id, request.currency), {})
-            window = [m for m in customer.values() if m.at >= request.since]
-            policy_window = [m for m in window if m.approval == "policy"]
+            own = {request.key, request.held_key}
+            window = [
+                movement
+                for key, movement in customer.items()
+                if key not in own and self._counts(key, movement, request)
+            ]
             same = (request.tool, request.subject, request.amount_cents)
             history = AllowanceHistory(
-                customer_window_cents=sum(m.amount_cents for m in policy_window),
-                customer_window_count=len(policy_window),
-                customer_window=tuple(policy_window),
+                customer_window_cents=sum(m.amount_cents for m in window),
+                customer_window_count=len(window),
+                customer_window=tuple(sorted(window, key=lambda m: m.at)),
                 agent_day_cents=self._agent_day.get(_day_of(request), 0),
                 repeats=tuple(m for m in window if (m.tool, m.subject, m.amount_cents) == same),
+                customer_held_cents=sum(m.amount_cents for m in window if m.approval in ON_ITS_WAY),
+                customer_reviewed_cents=sum(
+                    m.amount_cents for m in window if m.approval == REVIEWER
+                ),
             )
             hold = judge(history)
             if hold is None:
-                movement = Movement(
-                    request.key,
-                    request.agent_id,
-                    request.session_id,
-                    request.tool,
-                    request.subject,
-                    request.amount_cents,
-                    request.at,
-                    "policy",
-                )
-                self._release(request.key)
-                self.movements[request.key] = (request.customer_id, request.currency, movement)
-                customer[request.key] = movement
+                self._reserve(request, request.key, POLICY, None)
                 day = _day_of(request)
                 self._agent_day[day] = self._agent_day.get(day, 0) + request.amount_cents
+            elif request.confirmation_id:
+                self._reserve(request, request.held_key, HELD, request.held_until)
             return history, hold
+
+    def _counts(self, key: str, movement: Movement, request: AllowanceRequest) -> bool:
+        """Whether a movement is in the customer's sum at the request's time (see allowance)."""
+        if movement.approval in MOVED:
+            return movement.at >= request.since
+        if movement.approval == HELD:
+            expires_at = self._expiries.get(key)
+            return expires_at is None or expires_at > request.at
+        return True
+
+    def _reserve(
+        self, request: AllowanceRequest, key: str, approval: str, expires_at: datetime | None
+    ) -> None:
+        movement = Movement(
+            key,
+            request.agent_id,
+            request.session_id,
+            request.tool,
+            request.subject,
+            request.amount_cents,
+            request.at,
+            approval,
+            request.confirmation_id if approval != POLICY else "",
+        )
+        self._release(key)
+        self.movements[key] = (request.customer_id, request.currency, movement)
+        self._by_customer[request.customer_id, request.currency][key] = movement
+        if expires_at is not None:
+            self._expiries[key] = expires_at
 
     def release_allowance(self, key: str) -> None:
         with self._lock:
@@ -382,12 +429,31 @@ class InMemoryState:
 
     def _release(self, key: str) -> None:
         kept = self.movements.pop(key, None)
+        self._expiries.pop(key, None)
         if kept is None:
             return
         customer_id, currency, movement = kept
         self._by_customer[customer_id, currency].pop(key, None)
-        day = (movement.agent_id, currency, movement.at.date())
-        self._agent_day[day] -= movement.amount_cents
+        if movement.approval == POLICY:
+            day = (movement.agent_id, currency, movement.at.date())
+            self._agent_day[day] -= movement.amount_cents
+
+    def held_decided(self, confirmation_id: str, *, approved: bool, at: datetime) -> None:
+        """What a reviewer's decision does to a held call's money (the approvals service does it
+        on the database): approved, it counts until executed; rejected, it no longer counts."""
+        key = execution_key(confirmation_id)
+        with self._lock:
+            kept = self.movements.get(key)
+            if kept is None:
+                return
+            if not approved:
+                self._release(key)
+                return
+            customer_id, currency, movement = kept
+            approved_movement = movement._replace(approval=APPROVED)
+            self.movements[key] = (customer_id, currency, approved_movement)
+            self._by_customer[customer_id, currency][key] = approved_movement
+            self._expiries.pop(key, None)
 
     def expire(self, confirmation_id: str, at: datetime) -> None:
         """Move a confirmation's expiry (for tests of expiry)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 from dispatch.pipeline.allowance import (
@@ -23,19 +24,76 @@ def refund(
 
 
 def executed_by_policy(harness: Harness) -> int:
-    return sum(movement.amount_cents for _, _, movement in harness.state.movements.values())
+    return sum(
+        movement.amount_cents
+        for _, _, movement in harness.state.movements.values()
+        if movement.approval == "policy"
+    )
 
 
 def test_a_split_refund_is_held_once_the_sum_reaches_the_auto_approve_amount(
     harness: Harness,
 ) -> None:
-    large = refund(harness, "ORD-2003", 40_000)
     small = [refund(harness, "ORD-2003", 4_990 + n) for n in range(9)]
 
-    assert large == "CONFIRMATION_REQUIRED"
     assert small == ["OK"] + ["CONFIRMATION_REQUIRED"] * 8
     assert harness.refunded_cents("ORD-2003") == 4_990 < 5_000
     assert executed_by_policy(harness) == 4_990
+
+
+def test_a_held_refund_counts_in_the_sum_of_every_refund_after_it(harness: Harness) -> None:
+    large = refund(harness, "ORD-2003", 40_000)
+
+    small = harness.refund(10, arguments={"order_id": "ORD-2003"}, session="s-2")
+
+    assert large == "CONFIRMATION_REQUIRED"
+    assert small.code == "CONFIRMATION_REQUIRED"
+    assert small.data["reason"]["kind"] == "window_sum"
+    assert small.data["reason"]["data"]["held_cents"] == 40_000
+    assert small.data["reason"]["data"]["sum_cents"] == 40_010
+    assert "held for a reviewer" in small.message
+    assert harness.refunded_cents("ORD-2003") == 0
+
+
+def test_held_refunds_split_across_orders_need_the_reviewers_of_their_sum(
+    harness: Harness,
+) -> None:
+    policy = default_policy(two_reviewers_from_cents=10_000)
+
+    first = harness.refund(6_000, arguments={"order_id": "ORD-1001"}, policy=policy)
+    second = harness.refund(6_000, arguments={"order_id": "ORD-2003"}, policy=policy)
+
+    assert (first.data["reviewers_required"], second.data["reviewers_required"]) == (1, 2)
+    assert harness.refunded_cents("ORD-1001") + harness.refunded_cents("ORD-2003") == 0
+
+
+def test_a_rejected_held_refund_no_longer_counts(harness: Harness) -> None:
+    large = harness.refund(40_000, arguments={"order_id": "ORD-2003"})
+    harness.state.held_decided(large.data["confirmation_id"], approved=False, at=harness.clock.now)
+
+    small = refund(harness, "ORD-2003", 1_000)
+
+    assert small == "OK"
+    assert harness.refunded_cents("ORD-2003") == 1_000
+
+
+def test_an_approved_held_refund_counts_after_its_expiry(harness: Harness) -> None:
+    large = harness.refund(40_000, arguments={"order_id": "ORD-2003"})
+    harness.state.held_decided(large.data["confirmation_id"], approved=True, at=harness.clock.now)
+    harness.clock.now += timedelta(hours=2)
+
+    small = refund(harness, "ORD-2003", 1_000)
+
+    assert small == "CONFIRMATION_REQUIRED"
+
+
+def test_a_pending_held_refund_stops_counting_at_its_expiry(harness: Harness) -> None:
+    refund(harness, "ORD-2003", 40_000)
+    harness.clock.now += timedelta(seconds=3601)
+
+    small = refund(harness, "ORD-2003", 1_000)
+
+    assert small == "OK"
 
 
 def test_the_hold_names_the_earlier_refunds_and_their_sum(harness: Harness) -> None:
@@ -123,9 +181,38 @@ def test_a_refund_that_repeats_an_executed_one_from_another_session_is_held(
 
     assert again.code == "CONFIRMATION_REQUIRED"
     assert again.data["reason"]["kind"] == "possible_duplicate"
-    assert again.data["reason"]["data"]["earlier"][0]["session_id"] == "s-1"
+    assert again.data["reason"]["data"]["earlier"][0]["subject"] == "ORD-1001"
     assert "ORD-1001" in again.message
     assert harness.refunded_cents() == 1_000
+
+
+def test_the_model_is_told_of_a_possible_duplicate_without_another_sessions_ids(
+    harness: Harness,
+) -> None:
+    refund(harness, "ORD-1001", 1_000, session="secret-session", agent="other-agent")
+
+    again = harness.refund(1_000, session="s-2")
+
+    assert again.data["reason"]["kind"] == "possible_duplicate"
+    assert "secret-session" not in json.dumps(again.as_dict())
+    assert "other-agent" not in json.dumps(again.as_dict())
+
+
+def test_a_held_refund_sent_again_from_another_session_is_held_as_its_possible_duplicate(
+    harness: Harness,
+) -> None:
+    first = harness.refund(8_000, session="s-1")
+
+    again = harness.refund(8_000, session="s-2")
+
+    assert first.data["reason"]["kind"] == "amount"
+    assert again.code == "CONFIRMATION_REQUIRED"
+    assert again.data["reason"]["kind"] == "possible_duplicate"
+    assert again.data["confirmation_id"] != first.data["confirmation_id"]
+    held = harness.state.confirmations[again.data["confirmation_id"]]
+    twin = harness.state.movements[held.duplicate_of][2]
+    assert twin.confirmation_id == first.data["confirmation_id"]
+    assert harness.refunded_cents() == 0
 
 
 def test_a_refund_the_gateway_refuses_frees_what_it_reserved(harness: Harness) -> None:
