@@ -78,6 +78,16 @@ class RejectRequest(BaseModel):
     )
 
 
+class ApproveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, title="ApproveRequest")
+
+    separate: bool = Field(
+        default=False,
+        description="the reviewer's explicit word that a possible duplicate is a separate one; "
+        "without it, approving a possible duplicate is refused (409 `possible_duplicate`)",
+    )
+
+
 _ERRORS = {
     401: OpenApiResponse(ErrorEnvelope, description="no credentials, or an invalid token"),
     403: OpenApiResponse(
@@ -87,8 +97,9 @@ _ERRORS = {
     404: OpenApiResponse(ErrorEnvelope, description="no such confirmation"),
     409: OpenApiResponse(
         ErrorEnvelope,
-        description="no longer pending (`already_decided`), or this reviewer approved it "
-        "already (`already_voted`)",
+        description="no longer pending (`already_decided`), this reviewer approved it already "
+        "(`already_voted`), or a possible duplicate approved without `separate` "
+        "(`possible_duplicate`)",
     ),
     500: OpenApiResponse(ErrorEnvelope, description="unexpected error; `error_id` is in the log"),
     503: OpenApiResponse(ErrorEnvelope, description="the database is unavailable; retryable"),
@@ -134,21 +145,47 @@ class ConfirmationApproveApi(ReviewerApi):
         operation_id="confirmations_approve",
         summary="Approve a held call (reviewers only)",
         description=(
-            "Records this reviewer's approval. Once enough different reviewers approved and one "
-            "of them may approve the amount, the call is checked again against the state of "
-            "now and, if it still passes, executed in the background; if not, it is "
-            "`invalidated`. No body."
+            "Records this reviewer's approval. The customer's sum of this moment (everything "
+            "moved or on its way in the policy's window, this call once) decides how many "
+            "different reviewers must approve and whose approval limit covers it. Once they "
+            "have, the call is checked again against the state of now and, if it still passes, "
+            "executed in the background; if not, it is `invalidated`. The body is optional: "
+            '`{"separate": true}` approves a possible duplicate as a separate one.'
         ),
-        request=None,
-        responses={200: _STATE, **_ERRORS},
+        request=ApproveRequest,
+        responses={
+            200: _STATE,
+            400: OpenApiResponse(ErrorEnvelope, description="a malformed body"),
+            **_ERRORS,
+        },
     )
     def post(self, request: Request, confirmation_id: str) -> Response:
+        body = self._body(request)
         self.require_confirmation(confirmation_id)
         try:
-            approve(confirmation_id=confirmation_id, reviewer=self.reviewer(request))
+            approve(
+                confirmation_id=confirmation_id,
+                reviewer=self.reviewer(request),
+                separate=body.separate,
+            )
         except ConfirmationError as exc:
             raise _refused(exc) from None
         return self.answer(confirmation_id)
+
+    @staticmethod
+    def _body(request: Request) -> ApproveRequest:
+        data: Any = request.data
+        if data in (None, "") or (hasattr(data, "__len__") and not len(data)):
+            return ApproveRequest()
+        if not isinstance(data, dict):
+            raise DecisionInvalid(
+                'The body, if any, must be a JSON object: {"separate": true}.', "malformed_body"
+            )
+        try:
+            return ApproveRequest.model_validate(data, strict=True)
+        except ValidationError as exc:
+            message = describe_validation_error(ApproveRequest, exc)
+            raise DecisionInvalid(message, "malformed_body") from None
 
 
 class ConfirmationRejectApi(ReviewerApi):

@@ -68,6 +68,8 @@ class Vote(models.Model):
 
 class EventKind(models.TextChoices):
     VOTED = "voted"
+    # A reviewer said a possible duplicate is a separate one (a deliberate second action).
+    SEPARATE = "separate"
     APPROVED = "approved"
     REJECTED = "rejected"
     EXPIRED = "expired"

@@ -20,7 +20,9 @@ from pydantic import BaseModel, ValidationError
 
 from approvals.models import ConfirmationEvent, EventKind, ReviewerLimit, Vote
 from approvals.money import money
-from dispatch.models import AuditRecord, Confirmation, ConfirmationStatus
+from dispatch.held_money import held_money_sum
+from dispatch.models import AuditRecord, Confirmation, ConfirmationStatus, Movement
+from dispatch.pipeline.allowance import HeldSum
 from dispatch.pipeline.tools import ToolSpec
 from dispatch.registry import tool_registry
 
@@ -153,6 +155,23 @@ class HoldExplanation:
 
 
 @dataclass(frozen=True, slots=True)
+class SumNote:
+    """The customer's sum that an approval judges by, in the reviewer's words."""
+
+    summary: str
+    sum_cents: int
+    reviewers_required: int
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateNote:
+    """What a possible duplicate may repeat, and where its twin is if it was held too."""
+
+    summary: str
+    twin_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Detail:
     label: str
     value: str
@@ -178,6 +197,11 @@ class ReviewItem:
     expiring_soon: bool = False
     stuck: bool = False
     events: Sequence[ConfirmationEvent] = field(default_factory=tuple)
+    # While it waits for a decision: the customer's sum now, and the twin it may repeat.
+    customer_sum: SumNote | None = None
+    duplicate: DuplicateNote | None = None
+    # Approved, and no worker has taken it yet (the broker or the workers are away).
+    waiting_for_worker: bool = False
 
     @property
     def id(self) -> str:
@@ -249,6 +273,7 @@ def review_items(
         amount = money(amount_cents, currency) if amount_cents is not None and currency else ""
         live = _live_state(spec, arguments, confirmation.customer_id)
         status = effective_status(confirmation, now)
+        held = _held_sum(confirmation, now) if status == ConfirmationStatus.PENDING else None
         items.append(
             ReviewItem(
                 confirmation=confirmation,
@@ -267,7 +292,7 @@ def review_items(
                     limits=limits,
                     reviewers=reviewers,
                     currency=currency,
-                    amount=amount,
+                    held=held,
                     reader=reader,
                 ),
                 hold=hold_explanation(confirmation.hold_reason, currency),
@@ -276,9 +301,86 @@ def review_items(
                 and confirmation.expires_at <= soon,
                 stuck=_is_stuck(confirmation, stuck_before),
                 events=events.get(confirmation.id, ()),
+                customer_sum=_sum_note(confirmation, held, currency),
+                duplicate=_duplicate_note(confirmation, held, currency),
+                waiting_for_worker=status == ConfirmationStatus.APPROVED,
             )
         )
     return items
+
+
+def _held_sum(confirmation: Confirmation, now: datetime) -> HeldSum | None:
+    """The customer's sum as an approval now would judge it (under the agent's current policy)."""
+    policy = confirmation.agent.current_policy
+    if policy is None:
+        return None
+    return held_money_sum(confirmation=confirmation, policy=policy.snapshot(), now=now)
+
+
+def _sum_note(confirmation: Confirmation, held: HeldSum | None, currency: str) -> SumNote | None:
+    """The sum in words, when the customer's other money counts with this call."""
+    if held is None or not held.earlier_cents or not currency:
+        return None
+    moved = held.earlier_cents - held.held_cents
+    parts = [
+        f"{money(cents, currency)} already {words}"
+        for cents, words in ((held.held_cents, "held"), (moved, "moved"))
+        if cents
+    ]
+    policy = confirmation.agent.current_policy
+    window = f" in the last {_hours(policy.auto_approve_window_seconds)}" if policy else ""
+    reviewers = "two reviewers" if held.reviewers_required > 1 else "one reviewer"
+    summary = (
+        f"With {' and '.join(parts)} for this customer{window}, the sum is "
+        f"{money(held.sum_cents, currency)}: {reviewers}."
+    )
+    return SumNote(summary, held.sum_cents, held.reviewers_required)
+
+
+def _duplicate_note(
+    confirmation: Confirmation, held: HeldSum | None, currency: str
+) -> DuplicateNote | None:
+    if held is None:
+        return None
+    twin = next(iter(held.twins_approved), None) or next(iter(held.twins), None)
+    if twin is None and not confirmation.duplicate_of:
+        return None
+    if twin is None:
+        found = Movement.objects.filter(key=confirmation.duplicate_of).first()
+        if found is None:
+            return DuplicateNote(
+                "It was held as a possible duplicate of money that no longer "
+                "counts (released since)."
+            )
+        how, twin_id, at = found.approval, found.confirmation_id, found.at
+        amount, subject = found.amount_cents, found.subject
+    else:
+        how, twin_id, at = twin.approval, twin.confirmation_id, twin.at
+        amount, subject = twin.amount_cents, twin.subject
+    state = TWIN_STATES.get(how, how)
+    shown = money(amount, currency) if currency else str(amount)
+    when = timezone.localtime(at).strftime("%d %b %H:%M")
+    return DuplicateNote(
+        f"It may repeat {shown} on {subject}, {state} in another conversation ({when}). "
+        "Approve it only if it is a separate one.",
+        twin_id,
+    )
+
+
+# How a twin's money stands, in a reviewer's words.
+TWIN_STATES = {
+    "policy": "executed without a human",
+    "reviewer": "executed after a review",
+    "approved": "approved",
+    "held": "also waiting for a decision",
+}
+
+
+def _hours(seconds: int) -> str:
+    hours = seconds / 3600
+    if hours == int(hours):
+        return "24 hours" if hours == 24 else f"{int(hours)} hour{'s' if hours != 1 else ''}"
+    return f"{seconds // 60} minutes"
 
 
 def queue_items(
@@ -286,7 +388,11 @@ def queue_items(
 ) -> list[ReviewItem]:
     """Pending confirmations, the soonest to expire first (the first `limit` of them)."""
     now = now or timezone.now()
-    pending = pending_queryset(now).select_related("agent").order_by("expires_at", "created_at")
+    pending = (
+        pending_queryset(now)
+        .select_related("agent__current_policy")
+        .order_by("expires_at", "created_at")
+    )
     return review_items(pending[:limit], reader=reader, now=now)
 
 
@@ -294,14 +400,18 @@ def in_flight_items(*, reader: User, now: datetime | None = None) -> list[Review
     """Approved confirmations not executed yet: the ones stuck past a few minutes stand out."""
     in_flight = (
         Confirmation.objects.filter(status__in=IN_FLIGHT)
-        .select_related("agent")
+        .select_related("agent__current_policy")
         .order_by("decided_at", "created_at")
     )
     return review_items(in_flight, reader=reader, now=now)
 
 
 def confirmation_item(*, confirmation_id: str, reader: User) -> ReviewItem | None:
-    confirmation = Confirmation.objects.filter(pk=confirmation_id).select_related("agent").first()
+    confirmation = (
+        Confirmation.objects.filter(pk=confirmation_id)
+        .select_related("agent__current_policy")
+        .first()
+    )
     if confirmation is None:
         return None
     return review_items([confirmation], reader=reader, with_events=True)[0]
@@ -310,7 +420,7 @@ def confirmation_item(*, confirmation_id: str, reader: User) -> ReviewItem | Non
 def reconciliation_items(*, reader: User) -> list[ReviewItem]:
     unknown = (
         Confirmation.objects.filter(status=ConfirmationStatus.UNKNOWN)
-        .select_related("agent")
+        .select_related("agent__current_policy")
         .order_by("finished_at", "created_at")
     )
     return review_items(unknown, reader=reader, with_events=True)
@@ -375,7 +485,7 @@ def history_queryset(now: datetime | None = None) -> QuerySet[Confirmation]:
             | Q(status=ConfirmationStatus.PENDING, expires_at__lte=now)
         )
         .annotate(closed_at=Coalesce("decided_at", "expires_at"))
-        .select_related("agent")
+        .select_related("agent__current_policy")
         .order_by("-closed_at", "-created_at")
     )
 
@@ -446,20 +556,23 @@ def _approval_needs(
     limits: Mapping[tuple[int, str], int],
     reviewers: Sequence[tuple[int, str]],
     currency: str,
-    amount: str,
+    held: HeldSum | None,
     reader: User | None,
 ) -> ApprovalNeeds:
-    amount_cents = confirmation.amount_cents or 0
+    # An approver's limit covers the customer's sum, not only this call's amount; the sum also
+    # says how many reviewers it takes (as the approval will judge it).
+    covered_cents = held.sum_cents if held is not None else confirmation.amount_cents or 0
+    amount = money(covered_cents, currency) if currency else ""
 
     def covers(user_id: int) -> bool:
         limit = limits.get((user_id, currency))
-        return limit is None or limit >= amount_cents
+        return limit is None or limit >= covered_cents
 
     voter_ids = {vote.reviewer_id for vote in votes}
     voters = tuple(
         Voter(vote.reviewer.get_username(), vote.at, covers(vote.reviewer_id)) for vote in votes
     )
-    required = confirmation.reviewers_required
+    required = held.reviewers_required if held is not None else confirmation.reviewers_required
     if reader is None or reader.pk in voter_ids:
         yours = "voted" if reader is not None else ""
     else:
@@ -496,7 +609,7 @@ def hold_explanation(reason: Mapping[str, Any] | None, currency: str) -> HoldExp
             money(movement["amount_cents"], currency) if currency else "",
             str(movement.get("subject", "")),
             _parsed_time(movement.get("at")),
-            "by a reviewer" if movement.get("approval") == "reviewer" else "without a human",
+            EARLIER_STATES.get(str(movement.get("approval")), "without a human"),
         )
         for movement in data.get("earlier", ())
         if isinstance(movement, Mapping) and isinstance(movement.get("amount_cents"), int)
@@ -507,8 +620,15 @@ def hold_explanation(reason: Mapping[str, Any] | None, currency: str) -> HoldExp
             "the most this agent may refund without a human."
         )
     elif kind == "window_sum":
+        on_its_way = data.get("held_cents") or data.get("reviewed_cents")
         summary = (
-            f"With what was already refunded to this customer without a human recently "
+            f"With what was already moved or is on its way for this customer recently "
+            f"({amount('earlier_cents')}"
+            + (f", of which {amount('held_cents')} held" if data.get("held_cents") else "")
+            + f"), the sum is {amount('sum_cents')}: not below "
+            f"{amount('auto_approve_below_cents')}."
+            if on_its_way
+            else f"With what was already refunded to this customer without a human recently "
             f"({amount('earlier_cents')}), the sum is {amount('sum_cents')}: not below "
             f"{amount('auto_approve_below_cents')}."
         )
@@ -519,12 +639,21 @@ def hold_explanation(reason: Mapping[str, Any] | None, currency: str) -> HoldExp
         )
     elif kind == "possible_duplicate":
         summary = (
-            "It repeats a refund of the same amount on the same order, executed in another "
-            "conversation: a possible duplicate."
+            "It may repeat a call of the same amount on the same subject from another "
+            "conversation, held, approved or executed: a possible duplicate."
         )
     else:
         summary = str(reason.get("message", ""))
     return HoldExplanation(kind=kind, summary=summary, earlier=earlier)
+
+
+# How an earlier movement in the customer's sum stands, in a reviewer's words.
+EARLIER_STATES = {
+    "policy": "without a human",
+    "reviewer": "by a reviewer",
+    "held": "held for a reviewer",
+    "approved": "approved, not executed yet",
+}
 
 
 def _parsed_time(value: Any) -> datetime | None:

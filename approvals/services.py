@@ -11,34 +11,43 @@ state, its result or its rejection, and never a second confirmation for a call t
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connections, transaction
+from django.db.models import Q
 from django.utils import timezone
 from pydantic import BaseModel
 
 from approvals.models import ConfirmationEvent, EventKind, ReviewerLimit, Vote
+from approvals.money import money
 from approvals.webhooks import webhook_enqueue
-from dispatch.metrics import BY_EXPIRY, decision_count
-from dispatch.models import (
-    Agent,
-    Confirmation,
-    ConfirmationStatus,
-    IdempotencyRecord,
-    IdempotencyStatus,
-    Movement,
-    MovementApproval,
+from dispatch.held_money import (
+    decision_lock,
+    held_key_settle,
+    held_money_approved,
+    held_money_executed,
+    held_money_of,
+    held_money_released,
+    held_money_sum,
 )
+from dispatch.metrics import BY_EXPIRY, decision_count
+from dispatch.models import Agent, Confirmation, ConfirmationStatus, IdempotencyStatus
 from dispatch.pipeline import codes
+from dispatch.pipeline.allowance import HeldSum
 from dispatch.pipeline.engine import Refusal, RetryPolicy, execute_with_retries, recheck
 from dispatch.pipeline.results import CallResult, make_result
 from dispatch.pipeline.state import KeyStatus
 from dispatch.pipeline.tools import ExecutionContext, ToolSpec
 from dispatch.registry import tool_registry
+
+logger = logging.getLogger(__name__)
 
 WORKER = "worker"
 EXPIRY = "expiry"
@@ -75,6 +84,13 @@ class ReasonRequired(ConfirmationError):
     code = "reason_required"
 
 
+class PossibleDuplicate(ConfirmationError):
+    """It may repeat money held, approved or moved in another conversation: approving it takes
+    the reviewer's explicit word that it is a separate one."""
+
+    code = "possible_duplicate"
+
+
 class NotReconcilable(ConfirmationError):
     """Only an execution whose outcome is unknown is reconciled."""
 
@@ -85,19 +101,29 @@ MAX_REASON_CHARS = 1000
 
 
 def confirmation_approve(
-    *, confirmation_id: str, reviewer: User, now: datetime | None = None
+    *,
+    confirmation_id: str,
+    reviewer: User,
+    now: datetime | None = None,
+    separate: bool = False,
 ) -> Confirmation:
-    """Record the reviewer's approval. Once enough different reviewers approved (the policy's
-    reviewers_required) and one of them may approve the amount (ReviewerLimit), re-check the call
-    under the agent's current policy and the live state: if it still passes, it becomes approved
-    and its execution is enqueued after commit; if not, invalidated. Raises ConfirmationError.
-    `now` is the decision's time (a demo's history gives its own; by default, now)."""
-    return _raise_refusal(_approve(confirmation_id, reviewer, now or timezone.now()))
+    """Record the reviewer's approval. The customer's sum is judged again as it stands now (the
+    call's own amount once, with everything else moved or on its way in the window): it decides
+    how many different reviewers must approve and whose approval limit covers it. Once those
+    approvals are in, re-check the call under the agent's current policy and the live state: if
+    it still passes, it becomes approved and its execution is enqueued after commit; if not,
+    invalidated.
+
+    A possible duplicate (held as one, or with a twin approved, executing or executed by now) is
+    refused unless `separate`: the reviewer's explicit word that it is a separate one, which the
+    event log keeps. Raises ConfirmationError. `now` is the decision's time (a demo's history
+    gives its own; by default, now)."""
+    return _raise_refusal(_approve(confirmation_id, reviewer, now or timezone.now(), separate))
 
 
 @transaction.atomic
 def _approve(
-    confirmation_id: str, reviewer: User, now: datetime
+    confirmation_id: str, reviewer: User, now: datetime, separate: bool
 ) -> Confirmation | ConfirmationError:
     confirmation = _pending_locked(confirmation_id, now)
     if isinstance(confirmation, ConfirmationError):
@@ -106,23 +132,59 @@ def _approve(
         return AlreadyVoted(
             "You approved this already; it needs another reviewer's approval.", confirmation
         )
+    agent = Agent.objects.select_related("current_policy").get(pk=confirmation.agent_id)
+    policy = (
+        agent.current_policy.snapshot()
+        if agent.current_policy is not None and agent.is_active
+        else None
+    )
+    customer_sum = (
+        held_money_sum(confirmation=confirmation, policy=policy, now=now)
+        if policy is not None
+        else None
+    )
+    if (
+        customer_sum is not None
+        and (confirmation.duplicate_of or customer_sum.twins_approved)
+        and not separate
+    ):
+        return PossibleDuplicate(
+            f"It may repeat {_twin_words(confirmation, customer_sum)}. Approve it only if it is a "
+            "separate one, with its own approval as such.",
+            confirmation,
+        )
+    if (
+        customer_sum is not None
+        and customer_sum.reviewers_required != confirmation.reviewers_required
+    ):
+        # The customer's sum of this moment decides, not the sum at the hold.
+        confirmation.reviewers_required = customer_sum.reviewers_required
+        confirmation.save(update_fields=["reviewers_required"])
     Vote.objects.create(confirmation=confirmation, reviewer=reviewer, at=now)
-    missing = confirmation_approvals_missing(confirmation)
-    _event(confirmation, EventKind.VOTED, reviewer, now, "; ".join(missing))
+    if separate:
+        _event(
+            confirmation,
+            EventKind.SEPARATE,
+            reviewer,
+            now,
+            "Approved as a separate one, not a duplicate of the money it may repeat.",
+        )
+    missing = confirmation_approvals_missing(confirmation, customer_sum)
+    _event(
+        confirmation, EventKind.VOTED, reviewer, now, "; ".join(missing), _sum_data(customer_sum)
+    )
     if missing:
         return confirmation
 
-    agent = Agent.objects.select_related("current_policy").get(pk=confirmation.agent_id)
-    policy = agent.current_policy
     judged: tuple[ToolSpec[Any], BaseModel] | Refusal = (
         recheck(
             tool_registry,
-            policy.snapshot(),
+            policy,
             tool=confirmation.tool,
             arguments=confirmation.arguments,
             customer_id=confirmation.customer_id,
         )
-        if policy is not None and agent.is_active
+        if policy is not None
         else Refusal(codes.TOOL_NOT_ALLOWED, "the agent has no active policy any more")
     )
     if isinstance(judged, Refusal):
@@ -137,20 +199,58 @@ def _approve(
         _event(confirmation, EventKind.INVALIDATED, reviewer, now, judged.message)
         decision_count(confirmation=confirmation, decided_by=reviewer.get_username())
         webhook_enqueue(confirmation=confirmation, event="invalidated")
+        held_money_released(confirmation=confirmation, now=now)
         # The call no longer passes: an identical call is judged anew.
-        _settle_key(confirmation, IdempotencyStatus.OPEN, result=None, live=False)
+        held_key_settle(
+            confirmation=confirmation, status=IdempotencyStatus.OPEN, result=None, live=False
+        )
         return confirmation
 
     confirmation.status = ConfirmationStatus.APPROVED
     confirmation.decided_at = now
     confirmation.save(update_fields=["status", "decided_at"])
-    _event(confirmation, EventKind.APPROVED, reviewer, now)
+    _event(confirmation, EventKind.APPROVED, reviewer, now, "", _sum_data(customer_sum))
     decision_count(confirmation=confirmation, decided_by=reviewer.get_username())
     webhook_enqueue(confirmation=confirmation, event="approved")
+    held_money_approved(confirmation=confirmation)
     # Held until its execution ends: an identical call gets the confirmation's state meanwhile.
-    _settle_key(confirmation, IdempotencyStatus.HELD, result=None, live=True)
-    transaction.on_commit(lambda: _enqueue_execution(confirmation.pk))
+    held_key_settle(
+        confirmation=confirmation, status=IdempotencyStatus.HELD, result=None, live=True
+    )
+    transaction.on_commit(lambda: execution_send(confirmation_id=confirmation.pk))
     return confirmation
+
+
+def _twin_words(confirmation: Confirmation, customer_sum: HeldSum) -> str:
+    twin = next(iter(customer_sum.twins_approved), None) or next(iter(customer_sum.twins), None)
+    currency, _ = held_money_of(confirmation)
+    if twin is None:
+        return "money moved in another conversation"
+    state = {
+        "policy": "executed",
+        "reviewer": "executed",
+        "approved": "approved",
+        "held": "held",
+    }.get(twin.approval, twin.approval)
+    return (
+        f"{twin.tool} of {_amount(twin.amount_cents, currency)} for {twin.subject}, "
+        f"{state} in another conversation at {twin.at:%Y-%m-%d %H:%M} UTC"
+    )
+
+
+def _amount(cents: int, currency: str) -> str:
+    return money(cents, currency) if currency else str(cents)
+
+
+def _sum_data(customer_sum: HeldSum | None) -> dict[str, Any]:
+    if customer_sum is None:
+        return {}
+    return {
+        "sum_cents": customer_sum.sum_cents,
+        "earlier_cents": customer_sum.earlier_cents,
+        "held_cents": customer_sum.held_cents,
+        "reviewers_required": customer_sum.reviewers_required,
+    }
 
 
 def confirmation_reject(
@@ -186,8 +286,14 @@ def _reject(
     _event(confirmation, EventKind.REJECTED, reviewer, now, reason)
     decision_count(confirmation=confirmation, decided_by=reviewer.get_username())
     webhook_enqueue(confirmation=confirmation, event="rejected")
+    held_money_released(confirmation=confirmation, now=now)
     # An identical call replays the rejection.
-    _settle_key(confirmation, IdempotencyStatus.COMPLETED, result=confirmation.result, live=False)
+    held_key_settle(
+        confirmation=confirmation,
+        status=IdempotencyStatus.COMPLETED,
+        result=confirmation.result,
+        live=False,
+    )
     return confirmation
 
 
@@ -212,21 +318,40 @@ def confirmations_expire_due() -> int:
 
 
 def confirmation_execute(*, confirmation_id: str) -> Confirmation:
-    """Execute an approved confirmation once (the worker's task): claim it, run the tool's handler
-    with its execution key and bounded retries, and settle it executed, failed or unknown.
+    """Execute an approved confirmation once (the worker's task): claim it with a lease, run the
+    tool's handler with its execution key and bounded retries while renewing the lease, and
+    settle it executed, failed or unknown.
 
-    A redelivered task (its worker died mid-way) finds it executing and runs it again under the
-    same key, which the system of record answers with the first effect's receipt: the money
-    moves at most once, whatever happens to the worker."""
+    Only one worker executes it at a time: the one that claimed it from approved, or, once the
+    lease of a worker that died has lapsed, the one that takes it over; it then runs it again
+    under the same key, which the system of record answers with the first effect's receipt. A
+    task for a confirmation that a live worker holds, or that is settled, does nothing."""
     now = timezone.now()
+    lease = now + _lease()
     claimed = Confirmation.objects.filter(
         pk=confirmation_id, status=ConfirmationStatus.APPROVED
-    ).update(status=ConfirmationStatus.EXECUTING, executing_since=now)
+    ).update(status=ConfirmationStatus.EXECUTING, executing_since=now, lease_expires_at=lease)
+    taken_over = 0
+    if not claimed:
+        taken_over = (
+            Confirmation.objects.filter(pk=confirmation_id, status=ConfirmationStatus.EXECUTING)
+            .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
+            .update(lease_expires_at=lease)
+        )
     confirmation = Confirmation.objects.get(pk=confirmation_id)
     if claimed:
         _event(confirmation, EventKind.EXECUTING, None, now)
-    elif confirmation.status != ConfirmationStatus.EXECUTING:
-        return confirmation  # not approved, or already settled: nothing to do
+    elif taken_over:
+        _event(
+            confirmation,
+            EventKind.EXECUTING,
+            None,
+            now,
+            "Taken over: the worker that was executing it stopped renewing its lease. It runs "
+            "again under the same key, so the system of record applies it at most once.",
+        )
+    else:
+        return confirmation  # not approved, settled, or a live worker's: nothing to do
 
     spec = tool_registry.get(confirmation.tool)
     if spec is None:  # pragma: no cover - the tool was removed from the code since approval
@@ -235,20 +360,120 @@ def confirmation_execute(*, confirmation_id: str) -> Confirmation:
     reviewers = tuple(
         confirmation.votes.order_by("at").values_list("reviewer__username", flat=True)
     )
-    result, status = execute_with_retries(
-        spec,
-        arguments,
-        ExecutionContext(
-            confirmation.customer_id,
-            confirmation.execution_key,
-            reviewers,
-            agent_id=str(confirmation.agent_id),
-        ),
-        call_id=confirmation.pk,
-        retry=RetryPolicy(),
-        sleep=time.sleep,
-    )
+    with _LeaseRenewal(confirmation_id, lease):
+        result, status = execute_with_retries(
+            spec,
+            arguments,
+            ExecutionContext(
+                confirmation.customer_id,
+                confirmation.execution_key,
+                reviewers,
+                agent_id=str(confirmation.agent_id),
+            ),
+            call_id=confirmation.pk,
+            retry=RetryPolicy(),
+            sleep=time.sleep,
+        )
     return _settle_execution(confirmation_id, result, status)
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=settings.TOOLGATE_EXECUTION_LEASE_SECONDS)
+
+
+class _LeaseRenewal:
+    """Renews a worker's lease on the confirmation it executes, from a thread of its own, every
+    third of the lease, for as long as the execution runs."""
+
+    def __init__(self, confirmation_id: str, lease: datetime) -> None:
+        self.confirmation_id = confirmation_id
+        self.lease = lease
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="lease-renewal", daemon=True)
+
+    def __enter__(self) -> _LeaseRenewal:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        every = _lease().total_seconds() / 3
+        try:
+            while not self.stopped.wait(every):
+                renewed = timezone.now() + _lease()
+                # Compare-and-set on its own lease: a worker that lost it does not take it back.
+                if not Confirmation.objects.filter(
+                    pk=self.confirmation_id,
+                    status=ConfirmationStatus.EXECUTING,
+                    lease_expires_at=self.lease,
+                ).update(lease_expires_at=renewed):
+                    return
+                self.lease = renewed
+        except Exception:
+            logger.exception("Could not renew the lease on %s", self.confirmation_id)
+        finally:
+            connections.close_all()
+
+
+def execution_send(*, confirmation_id: str) -> bool:
+    """Send an approved confirmation's execution to the workers; whether the broker took it.
+
+    With the broker down (after the publish's own retries), the approved row waits as it is: it
+    is the outbox, and executions_resend_due sends it again once a worker can take it. In-process
+    (no broker) it executes here, and what it raises is the caller's."""
+    # Imported here: the tasks import the services, and only call them.
+    from approvals.tasks import confirmation_execute_task
+
+    if confirmation_execute_task.app.conf.task_always_eager:
+        confirmation_execute_task.delay(confirmation_id)
+        return True
+    try:
+        confirmation_execute_task.apply_async(
+            (confirmation_id,),
+            retry=True,
+            retry_policy=settings.CELERY_TASK_PUBLISH_RETRY_POLICY,
+        )
+    except Exception as exc:
+        logger.warning(
+            "Could not send the execution of %s to the workers (%s); it is approved and waits "
+            "for the next resend.",
+            confirmation_id,
+            str(exc).strip()[:200] or type(exc).__name__,
+        )
+        return False
+    return True
+
+
+def executions_resend_due(*, now: datetime | None = None) -> int:
+    """Send again the executions that no worker took: approved ones not claimed within
+    TOOLGATE_EXECUTION_RESEND_SECONDS of their approval or of their last sending (the broker was
+    down, or the task was lost), and executing ones whose worker's lease lapsed (it died). The
+    beat runs it, and every worker as it starts. How many were sent."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.TOOLGATE_EXECUTION_RESEND_SECONDS)
+    not_sent_lately = Q(execution_sent_at__isnull=True) | Q(execution_sent_at__lte=cutoff)
+    due = Confirmation.objects.filter(
+        (Q(status=ConfirmationStatus.APPROVED) & Q(decided_at__lte=cutoff) & not_sent_lately)
+        | (
+            Q(status=ConfirmationStatus.EXECUTING)
+            & (Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
+            & not_sent_lately
+        )
+    ).order_by("decided_at")
+    sent = 0
+    for confirmation_id in list(due.values_list("pk", flat=True)[:RESEND_BATCH]):
+        Confirmation.objects.filter(pk=confirmation_id).update(execution_sent_at=now)
+        if not execution_send(confirmation_id=confirmation_id):
+            break  # the broker is still down: the next round tries again
+        sent += 1
+    return sent
+
+
+# How many executions one resend sends at most; the rest wait for the next round.
+RESEND_BATCH = 500
 
 
 @transaction.atomic
@@ -297,15 +522,11 @@ def confirmation_reconcile(*, confirmation_id: str, reviewer: User) -> Confirmat
     return _finish(confirmation, status, result, now)
 
 
-def _enqueue_execution(confirmation_id: str) -> None:
-    # Imported here: the tasks import the services, and only call them.
-    from approvals.tasks import confirmation_execute_task
-
-    confirmation_execute_task.delay(confirmation_id)
-
-
-def confirmation_approvals_missing(confirmation: Confirmation) -> list[str]:
-    """Whose approval is still needed, in words; empty when the approvals suffice."""
+def confirmation_approvals_missing(
+    confirmation: Confirmation, customer_sum: HeldSum | None = None
+) -> list[str]:
+    """Whose approval is still needed, in words; empty when the approvals suffice. An approver's
+    limit must cover the customer's sum, or the call's amount where it moves none."""
     votes = list(confirmation.votes.select_related("reviewer"))
     missing = []
     if len(votes) < confirmation.reviewers_required:
@@ -314,7 +535,8 @@ def confirmation_approvals_missing(confirmation: Confirmation) -> list[str]:
             f"{more} more reviewer{'s' if more > 1 else ''}"
             + (" (another than who approved)" if votes else "")
         )
-    amount, currency = confirmation.amount_cents, _currency(confirmation)
+    amount = customer_sum.sum_cents if customer_sum is not None else confirmation.amount_cents
+    currency, _ = held_money_of(confirmation)
     if (
         amount is not None
         and votes
@@ -329,18 +551,18 @@ def _may_approve(reviewer_id: int, currency: str, amount: int) -> bool:
     return limit is None or limit.max_amount_cents >= amount
 
 
-def _currency(confirmation: Confirmation) -> str:
-    spec = tool_registry.get(confirmation.tool)
-    if spec is None or spec.currency_field is None:
-        return ""
-    return str(confirmation.arguments.get(spec.currency_field, ""))
-
-
 def _locked(confirmation_id: str) -> Confirmation:
-    confirmation = Confirmation.objects.select_for_update().filter(pk=confirmation_id).first()
-    if confirmation is None:
+    """The confirmation's row, locked, after its customer's decision lock (dispatch.held_money
+    gives the lock order)."""
+    customer_id = (
+        Confirmation.objects.filter(pk=confirmation_id)
+        .values_list("customer_id", flat=True)
+        .first()
+    )
+    if customer_id is None:
         raise ConfirmationNotFound(f"There is no confirmation {confirmation_id}.")
-    return confirmation
+    decision_lock(customer_id=customer_id)
+    return Confirmation.objects.select_for_update().get(pk=confirmation_id)
 
 
 def _raise_refusal(outcome: Confirmation | ConfirmationError) -> Confirmation:
@@ -384,8 +606,11 @@ def _expire_if_due(confirmation: Confirmation, now: datetime) -> bool:
     _event(confirmation, EventKind.EXPIRED, None, now)
     decision_count(confirmation=confirmation, decided_by=BY_EXPIRY)
     webhook_enqueue(confirmation=confirmation, event="expired")
+    held_money_released(confirmation=confirmation, now=now)
     # An expired call may be held again.
-    _settle_key(confirmation, IdempotencyStatus.OPEN, result=None, live=False)
+    held_key_settle(
+        confirmation=confirmation, status=IdempotencyStatus.OPEN, result=None, live=False
+    )
     return True
 
 
@@ -411,61 +636,30 @@ def _finish(
     confirmation.status = status
     confirmation.result = result.as_dict()
     confirmation.finished_at = now
-    confirmation.save(update_fields=["status", "result", "finished_at"])
+    confirmation.lease_expires_at = None
+    confirmation.save(update_fields=["status", "result", "finished_at", "lease_expires_at"])
     webhook_enqueue(confirmation=confirmation, event=status)
     if status == ConfirmationStatus.UNKNOWN:
-        # Until a reviewer reconciles it, an identical call gets its state.
-        _settle_key(confirmation, IdempotencyStatus.HELD, result=None, live=True)
+        # Until a reviewer reconciles it, an identical call gets its state, and its money, which
+        # may have moved, still counts.
+        held_key_settle(
+            confirmation=confirmation, status=IdempotencyStatus.HELD, result=None, live=True
+        )
         return confirmation
-    _settle_key(confirmation, IdempotencyStatus.COMPLETED, result=confirmation.result, live=False)
-    if status == ConfirmationStatus.EXECUTED and confirmation.amount_cents is not None:
-        _record_movement(confirmation, now)
+    held_key_settle(
+        confirmation=confirmation,
+        status=IdempotencyStatus.COMPLETED,
+        result=confirmation.result,
+        live=False,
+    )
+    if confirmation.amount_cents is not None:
+        if status == ConfirmationStatus.EXECUTED:
+            # Money moved with a reviewer's approval, under the key it was held under: a call
+            # that repeats it from another conversation is held as a possible duplicate.
+            held_money_executed(confirmation=confirmation, now=now)
+        else:
+            held_money_released(confirmation=confirmation, now=now)
     return confirmation
-
-
-def _record_movement(confirmation: Confirmation, now: datetime) -> None:
-    assert confirmation.amount_cents is not None
-    # Money moved with a reviewer's approval: not counted in the policy's allowance, but a refund
-    # that repeats it from another conversation is held as a possible duplicate.
-    spec = tool_registry.get(confirmation.tool)
-    subject = ""
-    if spec is not None and spec.subject_field is not None:
-        subject = str(confirmation.arguments.get(spec.subject_field, ""))
-    Movement.objects.update_or_create(
-        key=confirmation.execution_key,
-        defaults={
-            "agent_id": confirmation.agent_id,
-            "session_id": confirmation.session_id,
-            "customer_id": confirmation.customer_id,
-            "currency": _currency(confirmation),
-            "tool": confirmation.tool,
-            "subject": subject,
-            "amount_cents": confirmation.amount_cents,
-            "approval": MovementApproval.REVIEWER,
-            "at": now,
-            "day": now.date(),
-            "released_at": None,
-        },
-    )
-
-
-def _settle_key(
-    confirmation: Confirmation,
-    status: str,
-    *,
-    result: Mapping[str, Any] | None,
-    live: bool,
-) -> None:
-    """Leave the held call's idempotency record where the decision puts it.
-
-    live: the record stays held with no expiry, so an identical call gets the confirmation."""
-    changes: dict[str, Any] = {"status": status, "result": result, "updated_at": timezone.now()}
-    if live:
-        changes["confirmation_expires_at"] = None
-    # Only the record still held by this confirmation: an expired call may be held anew since.
-    IdempotencyRecord.objects.filter(key=confirmation.key, confirmation_id=confirmation.pk).update(
-        **changes
-    )
 
 
 def _result(

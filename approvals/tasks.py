@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+from typing import Any
 
-from approvals.services import confirmation_execute, confirmations_expire_due
+from celery import shared_task
+from celery.signals import worker_ready
+
+from approvals.services import (
+    confirmation_execute,
+    confirmations_expire_due,
+    executions_resend_due,
+)
 
 
 # acks_late: a task whose worker dies mid-way is delivered again (after the broker's visibility
@@ -17,3 +24,14 @@ def confirmation_execute_task(confirmation_id: str) -> None:
 @shared_task
 def confirmations_expire_task() -> int:
     return confirmations_expire_due()
+
+
+@shared_task
+def executions_resend_task() -> int:
+    return executions_resend_due()
+
+
+@worker_ready.connect
+def executions_resend_at_start(**_: Any) -> None:
+    # A worker that starts (after the broker or the workers were down) sends what waits.
+    executions_resend_due()

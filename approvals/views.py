@@ -116,7 +116,10 @@ def approve(request: HttpRequest, confirmation_id: str) -> HttpResponse:
         request,
         confirmation_id,
         lambda: services.confirmation_approve(
-            confirmation_id=confirmation_id, reviewer=_reader(request)
+            confirmation_id=confirmation_id,
+            reviewer=_reader(request),
+            # The second, deliberate action of a possible duplicate's form.
+            separate=request.POST.get("separate") == "yes",
         ),
     )
 
@@ -217,7 +220,13 @@ def _tell_outcome(request: HttpRequest, confirmation: Confirmation) -> None:
             request,
             f"Your approval of {what} is recorded. {item.approvals.still_needed}.",
         )
-    elif status in (ConfirmationStatus.APPROVED, ConfirmationStatus.EXECUTING):
+    elif status == ConfirmationStatus.APPROVED:
+        messages.success(
+            request,
+            f"Approved: {what} executes as soon as a worker takes it. It is kept until then, "
+            "and sent again if no worker took it within a minute.",
+        )
+    elif status == ConfirmationStatus.EXECUTING:
         messages.success(request, f"Approved: {what} is being executed.")
     elif status == ConfirmationStatus.EXECUTED:
         messages.success(request, f"Executed: {what}.")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-
 from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
+from dispatch.pipeline.allowance import execution_key
 from dispatch.pipeline.policy import Policy as PolicySnapshot
 
 
@@ -258,6 +257,14 @@ class Confirmation(models.Model):
     # When a worker claimed it for execution, and when the execution ended.
     executing_since = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The approved row is the outbox of its execution: when its task was last sent to the
+    # workers, and until when the worker executing it holds it (renewed while it lives; a lapsed
+    # lease is taken over by another worker).
+    execution_sent_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # A possible duplicate: the key of the money it may repeat (dispatch.models.Movement), held,
+    # approved or executed in another conversation. Approving it takes a reviewer's explicit word.
+    duplicate_of = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["created_at"]
@@ -276,21 +283,31 @@ class Confirmation(models.Model):
 
     @property
     def execution_key(self) -> str:
-        """The key its execution passes to the system of record: one per confirmation."""
-        return hashlib.sha256(f"confirmation:{self.id}".encode()).hexdigest()
+        """The key its execution passes to the system of record, and its money's key in the
+        customer's sum: one per confirmation."""
+        return execution_key(self.id)
 
 
 class MovementApproval(models.TextChoices):
+    """How money stands in the customer's sum (dispatch/pipeline/allowance.py)."""
+
     POLICY = "policy"
     REVIEWER = "reviewer"
+    # On its way: held for a reviewer (until its confirmation's expiry), or approved and not yet
+    # executed.
+    HELD = "held"
+    APPROVED = "approved"
 
 
 class Movement(models.Model):
     """Money a call moved, or reserved to move, without a human or with one.
 
-    What the policy's allowance sums (dispatch/pipeline/allowance.py). On PostgreSQL a reservation
+    What the customer's sum adds up (dispatch/pipeline/allowance.py). On PostgreSQL a reservation
     commits on a connection of its own before the call's effect, so that concurrent calls see it;
-    a call that then moves nothing releases it.
+    a call that then moves nothing releases it. A held call's money is reserved under its
+    confirmation's execution key when it is held; the decision releases it or approves it, and the
+    execution's end turns it into money moved with a reviewer or releases it (approvals.services,
+    through dispatch.held_money): one row of money per call, never two.
     """
 
     key = models.CharField(max_length=64, unique=True)
@@ -307,11 +324,21 @@ class Movement(models.Model):
     # The UTC day of `at`, which the agent's daily cap counts by.
     day = models.DateField()
     released_at = models.DateTimeField(null=True, blank=True)
+    # Held money stops counting at its confirmation's expiry, unless approved by then.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # The held call it is the money of, if a human was asked.
+    confirmation_id = models.CharField(max_length=32, blank=True, default="")
 
     class Meta:
         indexes = [
             models.Index(fields=["customer_id", "currency", "at"], name="movement_customer_idx"),
             models.Index(fields=["agent_id", "currency", "day"], name="movement_agent_day_idx"),
+            # The money on its way, which counts whenever it was held: few rows at any time.
+            models.Index(
+                fields=["customer_id", "currency"],
+                condition=models.Q(approval__in=["held", "approved"], released_at__isnull=True),
+                name="movement_on_its_way_idx",
+            ),
         ]
 
     def __str__(self) -> str:

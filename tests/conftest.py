@@ -85,12 +85,11 @@ def django_db_setup(django_db_setup: None) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def _forget_reserved_money(
-    request: pytest.FixtureRequest, django_db_blocker: Any
-) -> Iterator[None]:
+def _forget_reserved_money(request: pytest.FixtureRequest, django_db_blocker: Any) -> None:
     """On PostgreSQL reservations commit on a connection of their own (dispatch/store/allowance.py),
-    outside the transaction a test rolls back: each test starts with none."""
-    yield
+    outside the transaction a test rolls back: each test starts with none. They are deleted before
+    the test rather than after it, when the test's own transaction, not rolled back yet, may hold
+    some of their rows (a decision moves held money on the test's connection)."""
     uses_db = request.node.get_closest_marker("django_db") or any(
         name in request.fixturenames for name in ("db", "transactional_db", "live_server")
     )

@@ -24,6 +24,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from dispatch.pipeline.allowance import (
+    HELD,
+    POLICY,
     SHOWN,
     AllowanceHistory,
     AllowanceRequest,
@@ -42,25 +44,39 @@ _LOCKS = """
 
 _LIVE = "released_at IS NULL AND customer_id = %(customer_id)s AND currency = %(currency)s"
 
-# How much was auto-approved for the customer and currency within the window, in how many.
-_WINDOW_SUM = f"""
-    SELECT COALESCE(SUM(amount_cents), 0), COUNT(*) FROM dispatch_movement
-    WHERE {_LIVE} AND at >= %(since)s AND approval = 'policy'
+_COLUMNS = "key, agent_id, session_id, tool, subject, amount_cents, at, approval, confirmation_id"
+
+# The customer's sum (dispatch/pipeline/allowance.py): money moved within the window, and money on
+# its way whenever it was held: a pending confirmation until its expiry (by the call's clock, not
+# by a status the beat may not have written yet), an approved one until its execution ends. The
+# call's own reservations are left out: its amount counts once.
+_COUNTED = f"""
+    SELECT {_COLUMNS} FROM dispatch_movement
+    WHERE {_LIVE} AND approval IN ('policy', 'reviewer') AND at >= %(since)s
+        AND key <> %(key)s AND key <> %(held_key)s
+    UNION ALL
+    SELECT {_COLUMNS} FROM dispatch_movement
+    WHERE {_LIVE} AND (approval = 'approved' OR (approval = 'held' AND expires_at > %(at)s))
+        AND key <> %(key)s AND key <> %(held_key)s
 """
 
-_COLUMNS = "key, agent_id, session_id, tool, subject, amount_cents, at, approval"
+# How much the sum is, in how many movements; of it what is on its way, and what a reviewer moved.
+_WINDOW_SUM = f"""
+    SELECT COALESCE(SUM(amount_cents), 0), COUNT(*),
+        COALESCE(SUM(CASE WHEN approval IN ('held', 'approved') THEN amount_cents END), 0),
+        COALESCE(SUM(CASE WHEN approval = 'reviewer' THEN amount_cents END), 0)
+    FROM ({_COUNTED}) AS counted
+"""
 
 # The latest of them, which a hold names, and the movements this call would repeat.
 _WINDOW_ROWS = f"""
     SELECT * FROM (
-        SELECT {_COLUMNS}, false AS repeat FROM dispatch_movement
-        WHERE {_LIVE} AND at >= %(since)s AND approval = 'policy'
-        ORDER BY at DESC, id DESC LIMIT {SHOWN}
+        SELECT {_COLUMNS}, false AS repeat FROM ({_COUNTED}) AS counted
+        ORDER BY at DESC, key DESC LIMIT {SHOWN}
     ) AS latest
     UNION ALL
-    SELECT {_COLUMNS}, true AS repeat FROM dispatch_movement
-    WHERE {_LIVE} AND at >= %(since)s AND tool = %(tool)s AND subject = %(subject)s
-        AND amount_cents = %(amount_cents)s
+    SELECT {_COLUMNS}, true AS repeat FROM ({_COUNTED}) AS counted
+    WHERE tool = %(tool)s AND subject = %(subject)s AND amount_cents = %(amount_cents)s
 """
 
 _AGENT_DAY = """
@@ -69,15 +85,19 @@ _AGENT_DAY = """
         AND approval = 'policy' AND released_at IS NULL
 """
 
-# A key reserved before and released (its call moved nothing) is reserved again as new.
+# A key reserved before and released (its call moved nothing) is reserved again as new. Money
+# moved without a human is reserved under the call's key; held money under its confirmation's
+# execution key, until its expiry.
 _RESERVE = """
     INSERT INTO dispatch_movement AS movement (key, agent_id, session_id, customer_id, currency,
-        tool, subject, amount_cents, approval, at, day, released_at)
-    VALUES (%(key)s, %(agent_id)s, %(session_id)s, %(customer_id)s, %(currency)s, %(tool)s,
-        %(subject)s, %(amount_cents)s, 'policy', %(at)s, %(day)s, NULL)
+        tool, subject, amount_cents, approval, at, day, released_at, expires_at, confirmation_id)
+    VALUES (%(reserved_key)s, %(agent_id)s, %(session_id)s, %(customer_id)s, %(currency)s,
+        %(tool)s, %(subject)s, %(amount_cents)s, %(approval)s, %(at)s, %(day)s, NULL,
+        %(expires_at)s, %(confirmation_id)s)
     ON CONFLICT (key) DO UPDATE SET agent_id = excluded.agent_id,
         session_id = excluded.session_id, amount_cents = excluded.amount_cents,
-        at = excluded.at, day = excluded.day, released_at = NULL
+        approval = excluded.approval, at = excluded.at, day = excluded.day, released_at = NULL,
+        expires_at = excluded.expires_at, confirmation_id = excluded.confirmation_id
 """
 
 _RELEASE = """
@@ -98,8 +118,9 @@ def allowance_reserve(
             [_fetch(cursor, statement, params) for statement in _reads(request)], request
         )
         hold = judge(history)
-        if hold is None:
-            cursor.execute(_RESERVE, _only(params, _RESERVE))
+        reservation = _reservation(request, hold)
+        if reservation is not None:
+            cursor.execute(_RESERVE, _only(params | reservation, _RESERVE))
         return history, hold
     with _reservation_connection() as side:
         # Two round trips: the locks and the reads in one pipeline (each read starts once the
@@ -110,11 +131,20 @@ def allowance_reserve(
             cursors = [side.execute(statement, params) for statement in _reads(request)]
         history = _history([c.fetchall() for c in cursors], request)
         hold = judge(history)
+        reservation = _reservation(request, hold)
         with side.pipeline():
-            if hold is None:
-                side.execute(_RESERVE, params)
+            if reservation is not None:
+                side.execute(_RESERVE, params | reservation)
             side.commit()
         return history, hold
+
+
+def allowance_read(request: AllowanceRequest, *, cursor: CursorWrapper) -> AllowanceHistory:
+    """The history a request would be judged by, read on `cursor` and reserving nothing: what an
+    approval judges a held call's sum again by, under its decision lock."""
+    return _history(
+        [_fetch(cursor, statement, _params(request)) for statement in _reads(request)], request
+    )
 
 
 def allowance_release(key: str, *, cursor: CursorWrapper) -> None:
@@ -125,6 +155,26 @@ def allowance_release(key: str, *, cursor: CursorWrapper) -> None:
     with _reservation_connection() as side, side.pipeline():
         side.execute(_RELEASE, params)
         side.commit()
+
+
+def _reservation(request: AllowanceRequest, hold: HoldReason | None) -> dict[str, Any] | None:
+    """What the judgement reserves: the money as moved without a human, as held, or nothing (a
+    hold with no confirmation to hold it under)."""
+    if hold is None:
+        return {
+            "reserved_key": request.key,
+            "approval": POLICY,
+            "expires_at": None,
+            "confirmation_id": "",
+        }
+    if not request.confirmation_id or request.held_until is None:
+        return None
+    return {
+        "reserved_key": request.held_key,
+        "approval": HELD,
+        "expires_at": _db_time(request.held_until),
+        "confirmation_id": request.confirmation_id,
+    }
 
 
 def _reads(request: AllowanceRequest) -> list[str]:
@@ -144,6 +194,7 @@ def _params(request: AllowanceRequest) -> dict[str, Any]:
         "at": _db_time(request.at),
         "day": _day(request.at),
         "since": _db_time(request.since),
+        "held_key": request.held_key,
         "customer_lock": f"toolgate.customer:{request.customer_id}:{request.currency}",
         "agent_lock": f"toolgate.agent:{request.agent_id}:{request.currency}:{_day(request.at)}",
     }
@@ -160,7 +211,7 @@ def _only(params: dict[str, Any], statement: str) -> dict[str, Any]:
 
 
 def _history(results: list[list[Any]], request: AllowanceRequest) -> AllowanceHistory:
-    (window_cents, window_count), rows = results[0][0], results[1]
+    (window_cents, window_count, held_cents, reviewed_cents), rows = results[0][0], results[1]
     latest = [_movement(row[:-1]) for row in rows if not row[-1]]
     return AllowanceHistory(
         customer_window_cents=int(window_cents),
@@ -168,6 +219,8 @@ def _history(results: list[list[Any]], request: AllowanceRequest) -> AllowanceHi
         customer_window=tuple(reversed(latest)),
         agent_day_cents=int(results[2][0][0]) if request.agent_day_needed else 0,
         repeats=tuple(_movement(row[:-1]) for row in rows if row[-1]),
+        customer_held_cents=int(held_cents),
+        customer_reviewed_cents=int(reviewed_cents),
     )
 
 
@@ -237,9 +290,17 @@ def allowance_connections_close_all() -> None:
 
 
 def _movement(row: Any) -> Movement:
-    key, agent_id, session_id, tool, subject, amount_cents, at, approval = row
+    key, agent_id, session_id, tool, subject, amount_cents, at, approval, confirmation_id = row
     return Movement(
-        key, str(agent_id), session_id, tool, subject, amount_cents, _as_datetime(at), approval
+        key,
+        str(agent_id),
+        session_id,
+        tool,
+        subject,
+        amount_cents,
+        _as_datetime(at),
+        approval,
+        confirmation_id,
     )
 
 

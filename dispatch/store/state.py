@@ -197,6 +197,7 @@ class OrmState:
                 amount_cents=confirmation.amount_cents,
                 hold_reason=dict(confirmation.reason) if confirmation.reason else None,
                 host_context=confirmation.host_context,
+                duplicate_of=confirmation.duplicate_of,
                 created_at=confirmation.created_at,
                 expires_at=confirmation.expires_at,
             )
@@ -346,4 +347,5 @@ def _pending(confirmation_id: str) -> PendingConfirmation | None:
         reason=held.hold_reason,
         status=held.status,
         host_context=held.host_context,
+        duplicate_of=held.duplicate_of,
     )

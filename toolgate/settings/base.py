@@ -195,6 +195,25 @@ CELERY_BEAT_SCHEDULE = {
         "task": "approvals.tasks.confirmations_expire_task",
         "schedule": env.float("CONFIRMATION_EXPIRY_SECONDS", default=60.0),
     },
+    # Approved executions that no worker took (the broker was down, a worker died) are sent again.
+    "resend-executions": {
+        "task": "approvals.tasks.executions_resend_task",
+        "schedule": env.float("TOOLGATE_EXECUTION_SWEEP_SECONDS", default=20.0),
+    },
+}
+# An approved confirmation is the outbox of its execution: not claimed by a worker this long after
+# its approval (or its last sending), it is sent again. A worker holds the one it executes under a
+# lease that it renews every third of it; a lease that lapsed (the worker died) is taken over.
+TOOLGATE_EXECUTION_RESEND_SECONDS = env.int("TOOLGATE_EXECUTION_RESEND_SECONDS", default=60)
+TOOLGATE_EXECUTION_LEASE_SECONDS = env.int("TOOLGATE_EXECUTION_LEASE_SECONDS", default=30)
+# Sending a task gives up after a few quick tries rather than hold a reviewer's request while the
+# broker is away: the approval is kept, and the resend sends it once the broker is back.
+CELERY_TASK_PUBLISH_RETRY = True
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0.2,
+    "interval_step": 0.3,
+    "interval_max": 0.5,
 }
 # A task is acknowledged once it ran (acks_late): one whose worker was killed goes back to the
 # queue once Redis has not heard of it for this long, and another worker runs it. It must stay
@@ -206,6 +225,12 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # How often a worker looks for such tasks: a quarter of the timeout, at most once a minute.
     "unacked_restore_interval": max(1, min(60, CELERY_VISIBILITY_TIMEOUT_SECONDS // 4)),
     "unacked_restore_throttle": 1,
+    # A broker that does not answer is given up on quickly (the publish retry policy above).
+    "socket_connect_timeout": 2,
+    "max_retries": 2,
+    "interval_start": 0.2,
+    "interval_step": 0.3,
+    "interval_max": 0.5,
 }
 # Task modules outside an app's tasks.py.
 CELERY_IMPORTS = ["approvals.webhooks"]

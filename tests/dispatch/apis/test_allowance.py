@@ -81,40 +81,56 @@ def hold_reason(result: dict[str, Any]) -> dict[str, Any]:
 # The split refund, the daily cap and the possible duplicate ------------------------------------
 
 
-def test_nine_small_refunds_after_a_held_large_one_move_less_than_the_threshold_without_a_human(
+def test_nine_small_refunds_move_less_than_the_threshold_without_a_human(
     api: AgentClient, ledger: Ledger
 ) -> None:
-    large = OrderFactory.create(order_id="ORD-3000", customer_id="CUS-1", total_cents=60_000)
     small = [
         OrderFactory.create(order_id=f"ORD-300{n}", customer_id="CUS-1", total_cents=20_000)
         for n in (1, 2, 3)
     ]
     amounts = [4_990 + n for n in range(9)]
 
-    held = api.refund(40_000, order_id=large.order_id)
     results = [
         api.refund(amount, order_id=small[n % 3].order_id) for n, amount in enumerate(amounts)
     ]
 
-    assert held["code"] == "CONFIRMATION_REQUIRED"
-    assert hold_reason(held)["kind"] == "amount"
     assert [result["code"] for result in results] == ["OK"] + ["CONFIRMATION_REQUIRED"] * 8
     assert moved_by_policy() == 4_990 < THRESHOLD
     assert Refund.objects.count() == 1
     assert ledger.state(small[0].order_id) == (1, 4_990)
-    assert ledger.state(large.order_id) == (0, 0)
+    # Each held one counts in the sum of the ones after it.
+    held_before = 0
     for amount, result in zip(amounts[1:], results[1:], strict=True):
         reason = hold_reason(result)
         assert reason["kind"] == "window_sum"
-        assert reason["data"]["earlier_cents"] == 4_990
-        assert reason["data"]["sum_cents"] == 4_990 + amount
-        assert [earlier["subject"] for earlier in reason["data"]["earlier"]] == ["ORD-3001"]
-        assert "4990 for ORD-3001" in result["message"]
-        assert f"the sum, {4_990 + amount}, is not below {THRESHOLD}" in result["message"]
-    assert Confirmation.objects.count() == 9
+        assert reason["data"]["held_cents"] == held_before
+        assert reason["data"]["sum_cents"] == 4_990 + held_before + amount
+        held_before += amount
+    assert "4990 for ORD-3001" in results[1]["message"]
+    assert Confirmation.objects.count() == 8
     assert list(AuditRecord.objects.values_list("code", flat=True)) == (
-        ["CONFIRMATION_REQUIRED", "OK"] + ["CONFIRMATION_REQUIRED"] * 8
+        ["OK"] + ["CONFIRMATION_REQUIRED"] * 8
     )
+
+
+def test_while_a_large_refund_is_held_no_small_one_of_the_customer_moves_without_a_human(
+    api: AgentClient, ledger: Ledger
+) -> None:
+    large = OrderFactory.create(order_id="ORD-3000", customer_id="CUS-1", total_cents=60_000)
+    small = OrderFactory.create(order_id="ORD-3001", customer_id="CUS-1", total_cents=20_000)
+
+    held = api.refund(40_000, order_id=large.order_id)
+    after = api.refund(10, order_id=small.order_id, session="s-2")
+
+    assert held["code"] == after["code"] == "CONFIRMATION_REQUIRED"
+    assert hold_reason(held)["kind"] == "amount"
+    reason = hold_reason(after)
+    assert reason["kind"] == "window_sum"
+    assert reason["data"]["held_cents"] == 40_000
+    assert reason["data"]["sum_cents"] == 40_010
+    assert "held for a reviewer" in after["message"]
+    assert moved_by_policy() == 0
+    assert ledger.state(small.order_id) == (0, 0)
 
 
 def test_past_its_daily_cap_an_agents_refunds_for_any_customer_are_held(
@@ -126,7 +142,8 @@ def test_past_its_daily_cap_an_agents_refunds_for_any_customer_are_held(
     first = capped.refund(4_000)
 
     second = capped.refund(3_000, order_id="ORD-3100", customer="CUS-3", session="s-3")
-    by_another_agent = other.refund(3_000, order_id="ORD-3100", customer="CUS-3", session="s-3")
+    # 30.00 of CUS-3's is held now, and counts in the customer's sum: 15.00 more stays below 50.00.
+    by_another_agent = other.refund(1_500, order_id="ORD-3100", customer="CUS-3", session="s-3")
 
     assert first["code"] == "OK"
     assert second["code"] == "CONFIRMATION_REQUIRED"
@@ -136,8 +153,8 @@ def test_past_its_daily_cap_an_agents_refunds_for_any_customer_are_held(
     assert "daily cap of 6000" in second["message"]
     assert by_another_agent["code"] == "OK"
     assert ledger.state() == (1, 4_000)
-    assert ledger.state("ORD-3100") == (1, 3_000)
-    assert moved_by_policy() == 7_000
+    assert ledger.state("ORD-3100") == (1, 1_500)
+    assert moved_by_policy() == 5_500
 
 
 @pytest.mark.parametrize("elsewhere", ["another session", "another agent"])
@@ -158,11 +175,9 @@ def test_a_refund_repeating_one_executed_elsewhere_is_held_as_a_possible_duplica
     reason = hold_reason(again)
     assert reason["kind"] == "possible_duplicate"
     (earlier,) = reason["data"]["earlier"]
-    assert (earlier["subject"], earlier["amount_cents"], earlier["session_id"]) == (
-        "ORD-1001",
-        1_000,
-        "s-1",
-    )
+    assert (earlier["subject"], earlier["amount_cents"]) == ("ORD-1001", 1_000)
+    # Another conversation's ids are not the model's to see.
+    assert "session_id" not in earlier and "agent_id" not in earlier
     assert "possible duplicate" in again["message"]
     assert "ORD-1001" in again["message"]
     assert ledger.state() == (1, 1_000)
