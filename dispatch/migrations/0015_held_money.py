@@ -48,7 +48,7 @@ def _reserve_open_confirmations(apps, schema_editor):  # type: ignore[no-untyped
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('dispatch', '0013_daily_rollups_and_decisions'),
+        ('dispatch', '0014_security_event_channel_host_key_session'),
     ]
 
     operations = [
