@@ -22,9 +22,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dispatch import host_keys, selectors
+from dispatch import doors, host_keys, selectors
 from dispatch.authentication import AgentRateThrottle, AgentTokenAuthentication, IsAgent
 from dispatch.envelopes import (
+    HOST_FIELDS,
     CallEnvelope,
     CallResultDoc,
     CodeCatalogueDoc,
@@ -41,7 +42,6 @@ from dispatch.errors import (
 )
 from dispatch.formats import FORMATS, tools_in_format
 from dispatch.models import Agent, AuditRecord
-from dispatch.pipeline import strictjson
 from dispatch.pipeline.messages import describe_validation_error
 from dispatch.pipeline.results import CallResult
 from dispatch.pipeline.state import SessionConflict
@@ -227,15 +227,22 @@ class CallCreateApi(AgentApi):
         if len(body) > limit:
             raise PayloadTooLarge(f"The body is over the limit of {limit} bytes.")
         try:
-            document = strictjson.loads(body.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise MalformedEnvelope("The body is not UTF-8.") from None
-        except strictjson.StrictJSONError as exc:
-            raise MalformedEnvelope(f"The body is not strict JSON: {exc}.") from None
+            document = doors.message_read(body)
+        except doors.Unreadable as exc:
+            if exc.field is not None:
+                raise MalformedEnvelope(f"{exc.field}: {exc}; send it without.") from None
+            raise MalformedEnvelope(f"The body is {exc}.") from None
         if not isinstance(document, dict):
             raise MalformedEnvelope(
                 "The body must be a JSON object with session_id, customer_id, tool and arguments."
             )
+        for field in HOST_FIELDS:
+            value = document.get(field)
+            # What the host vouches for is kept as sent. A NUL in the model's tool or arguments
+            # goes on to the pipeline instead, which refuses it with an audit record.
+            problem = doors.unstorable(value) if isinstance(value, str) else None
+            if problem is not None:
+                raise MalformedEnvelope(f"{field}: {problem}; send it without.")
         try:
             return CallEnvelope.model_validate(document, strict=True)
         except ValidationError as exc:

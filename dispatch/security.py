@@ -41,6 +41,12 @@ _METHOD = SecurityEvent._meta.get_field("method").max_length or 16
 
 
 def _clip(text: str, limit: int) -> str:
+    # A refusal may quote what it refused (its path, say): a NUL, which PostgreSQL keeps in no
+    # text, is kept escaped as JSON writes it; an unpaired surrogate, which no encoding writes, as
+    # Python writes it.
+    text = text.replace("\x00", "\\u0000")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -171,6 +171,16 @@ def test_long_paths_and_messages_are_clipped(client_for: ClientFor, api: AgentCl
     assert len(malformed.detail) == 200
 
 
+def test_it_records_a_refusal_whose_path_holds_a_nul_with_the_nul_escaped(
+    client_for: ClientFor,
+) -> None:
+    response = client_for(None).get("/api/v1/sessions/s%00/calls")
+
+    assert response.status_code == 401
+    event = SecurityEvent.objects.get()
+    assert (event.status, event.path) == (401, "/api/v1/sessions/s\\u0000/calls")
+
+
 def test_a_refusal_that_cannot_be_recorded_is_still_answered(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
