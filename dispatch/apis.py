@@ -358,7 +358,12 @@ class SessionCallsApi(AgentApi):
     )
     def get(self, request: Request, session_id: str) -> Response:
         agent = self.agent(request)
-        session = selectors.session_get(agent=agent, session_id=session_id)
+        # An id no database can store names no session (and PostgreSQL would refuse the query).
+        session = (
+            None
+            if doors.unstorable(session_id)
+            else selectors.session_get(agent=agent, session_id=session_id)
+        )
         if session is None:
             raise NotFound("This agent has no session with that id.")
         paginator = SessionCallsPagination()
@@ -384,8 +389,12 @@ class ConfirmationDetailApi(AgentApi):
         responses={200: ConfirmationDoc, 404: ErrorEnvelope, **ERRORS},
     )
     def get(self, request: Request, confirmation_id: str) -> Response:
-        confirmation = selectors.confirmation_get(
-            agent=self.agent(request), confirmation_id=confirmation_id
+        confirmation = (
+            None
+            if doors.unstorable(confirmation_id)
+            else selectors.confirmation_get(
+                agent=self.agent(request), confirmation_id=confirmation_id
+            )
         )
         if confirmation is None:
             raise NotFound("This agent has no confirmation with that id.")
