@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from importlib import metadata
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import anyio
 import mcp.types as types
@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dispatch import selectors
 from dispatch.authentication import AgentTokenAuthentication, IsAgent, agent_throttle_wait
+from dispatch.client_address import forwarded_client_address
 from dispatch.envelopes import CUSTOMER_ID_PATTERN, SESSION_ID_PATTERN
 from dispatch.errors import RateLimiterDown, error_body
 from dispatch.models import Agent, CallChannel
@@ -41,6 +42,7 @@ from dispatch.pipeline import codes
 from dispatch.pipeline.results import CallResult
 from dispatch.pipeline.state import SessionConflict
 from dispatch.pipeline.tools import ToolSpec
+from dispatch.security import RECORDED_STATUSES, Origin, security_event_record
 from dispatch.services import agent_authenticate, call_dispatch
 from dispatch.throttling import RateLimiterUnavailable
 
@@ -50,6 +52,8 @@ CUSTOMER_HEADER = "X-Toolgate-Customer"
 SESSION_HEADER = "X-Toolgate-Session"
 MCP_SESSION_HEADER = "Mcp-Session-Id"
 HTTP_PATH = "/mcp"
+# What a security event over stdio gives for its path: the process has no HTTP request.
+STDIO_PATH = "stdio"
 # Where the HTTP adapter leaves the agent that the request's token belongs to.
 _AGENT_SCOPE_KEY = "toolgate.agent"
 
@@ -58,11 +62,22 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True, slots=True)
 class Host:
-    """What the agent host vouches for, for one request: never anything the model said."""
+    """What the agent host vouches for, for one request: never anything the model said; and
+    where the request came in, which a refusal's security event keeps."""
 
     agent: Agent | None
     session_id: str | None
     customer_id: str | None
+    origin: Origin
+
+
+class HostRefusal(NamedTuple):
+    """Why the host's side leaves no way to dispatch a call: the status and code the API would
+    answer it with, which its security event keeps, and what the model is told."""
+
+    status: int
+    reason: str
+    message: str
 
 
 def tool_annotations(spec: ToolSpec[Any]) -> types.ToolAnnotations:
@@ -100,37 +115,85 @@ def call_result(result: CallResult) -> types.CallToolResult:
     )
 
 
-def host_refusal(message: str) -> types.CallToolResult:
-    """A call the host's side leaves no way to dispatch: nothing ran, nothing was recorded."""
+def agent_refusal(agent: Agent | None) -> HostRefusal | None:
+    """Why this agent may call nothing, or None."""
+    if agent is None:
+        return HostRefusal(
+            401,
+            "authentication_failed",
+            "Toolgate: this agent's token is no longer valid, or the agent is disabled; nothing "
+            "was done. Tell the user that the tool is unavailable.",
+        )
+    if agent.current_policy_id is None:
+        return HostRefusal(
+            403,
+            "permission_denied",
+            "Toolgate: this agent has no policy yet; nothing was done. Tell the user that the "
+            "tool is unavailable.",
+        )
+    return None
+
+
+def host_refusal(host: Host) -> HostRefusal | None:
+    """Why the host's side leaves no way to dispatch a call, or None."""
+    refusal = agent_refusal(host.agent)
+    if refusal is not None:
+        return refusal
+    if not host.customer_id:
+        return HostRefusal(
+            400,
+            "customer_missing",
+            f"Toolgate: the host gave no customer ({CUSTOMER_HEADER} over HTTP, --customer of "
+            "mcp_serve over stdio), so no tool can run; nothing was done. Tell the user the "
+            "assistant is not set up for a customer.",
+        )
+    if not re.fullmatch(CUSTOMER_ID_PATTERN, host.customer_id):
+        return HostRefusal(
+            400,
+            "customer_invalid",
+            "Toolgate: the host's customer id is not valid (ASCII letters, digits, . _ : -, up "
+            "to 64); nothing was done.",
+        )
+    if not host.session_id or not re.fullmatch(SESSION_ID_PATTERN, host.session_id):
+        return HostRefusal(
+            400,
+            "session_invalid" if host.session_id else "session_missing",
+            f"Toolgate: no valid session: the host sends {SESSION_HEADER} (ASCII letters, "
+            f"digits, . _ : -, up to 128) or uses an MCP session ({MCP_SESSION_HEADER}); "
+            "nothing was done.",
+        )
+    return None
+
+
+SESSION_CONFLICT = HostRefusal(
+    409,
+    "session_conflict",
+    "Toolgate: this session is bound to another customer; the host must open a new session for "
+    "this customer. Nothing was done.",
+)
+
+
+def refused(host: Host, refusal: HostRefusal) -> types.CallToolResult:
+    """A call refused on the host's side: recorded as a security event, as the API records its
+    refusals, and answered as the tool's error; nothing ran."""
+    security_event_record(
+        origin=host.origin,
+        agent=host.agent,
+        status=refusal.status,
+        reason=refusal.reason,
+        detail=refusal.message,
+    )
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=message)], is_error=True
+        content=[types.TextContent(type="text", text=refusal.message)], is_error=True
     )
 
 
 def tool_call(host: Host, name: str, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
     """One tools/call through the pipeline, as the host's agent, session and customer."""
-    if host.agent is None or host.agent.current_policy_id is None:
-        return host_refusal(
-            "Toolgate: this agent's token is no longer valid, or the agent has no policy; "
-            "nothing was done. Tell the user that the tool is unavailable."
-        )
-    if not host.customer_id:
-        return host_refusal(
-            f"Toolgate: the host gave no customer ({CUSTOMER_HEADER} over HTTP, --customer of "
-            "mcp_serve over stdio), so no tool can run; nothing was done. Tell the user the "
-            "assistant is not set up for a customer."
-        )
-    if not re.fullmatch(CUSTOMER_ID_PATTERN, host.customer_id):
-        return host_refusal(
-            "Toolgate: the host's customer id is not valid (ASCII letters, digits, . _ : -, up "
-            "to 64); nothing was done."
-        )
-    if not host.session_id or not re.fullmatch(SESSION_ID_PATTERN, host.session_id):
-        return host_refusal(
-            f"Toolgate: no valid session: the host sends {SESSION_HEADER} (ASCII letters, "
-            f"digits, . _ : -, up to 128) or uses an MCP session ({MCP_SESSION_HEADER}); "
-            "nothing was done."
-        )
+    refusal = host_refusal(host)
+    if refusal is not None:
+        return refused(host, refusal)
+    assert host.agent is not None and host.session_id and host.customer_id
     try:
         result = call_dispatch(
             agent=host.agent,
@@ -141,10 +204,7 @@ def tool_call(host: Host, name: str, arguments: Mapping[str, Any] | None) -> typ
             channel=CallChannel.MCP,
         )
     except SessionConflict:
-        return host_refusal(
-            "Toolgate: this session is bound to another customer; the host must open a new "
-            "session for this customer. Nothing was done."
-        )
+        return refused(host, SESSION_CONFLICT)
     return call_result(result)
 
 
@@ -178,8 +238,13 @@ def mcp_server(host_of: HostOf) -> Server[Any]:
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         def listed() -> list[types.Tool]:
-            agent = host_of(ctx).agent
-            return [] if agent is None else tools_listed(agent)
+            host = host_of(ctx)
+            refusal = agent_refusal(host.agent)
+            if refusal is not None:
+                refused(host, refusal)
+                return []
+            assert host.agent is not None
+            return tools_listed(host.agent)
 
         return types.ListToolsResult(tools=await _in_django(listed))
 
@@ -208,9 +273,15 @@ def stdio_host(token: str, customer_id: str | None) -> HostOf:
     session_id = f"mcp-{secrets.token_hex(16)}"
 
     def host_of(ctx: ServerRequestContext[Any, Any]) -> Host:
-        return Host(agent_authenticate(token), session_id, customer_id)
+        return Host(agent_authenticate(token), session_id, customer_id, stdio_origin(ctx.method))
 
     return host_of
+
+
+def stdio_origin(method: str) -> Origin:
+    """Where a request over stdio came in: with no HTTP request, its JSON-RPC method stands for
+    the method, and `stdio` for the path."""
+    return Origin(CallChannel.MCP, method, STDIO_PATH)
 
 
 async def serve_stdio(host_of: HostOf) -> None:
@@ -222,18 +293,37 @@ async def serve_stdio(host_of: HostOf) -> None:
 # streamable HTTP ---------------------------------------------------------------------------------
 
 
+def http_origin(scope: Scope) -> Origin:
+    """Where a request over HTTP came in, its client's address read as the API reads it."""
+    client = scope.get("client")
+    forwarded_for = Headers(scope=scope).get("x-forwarded-for", "")
+    address = forwarded_client_address(client[0] if client else "", forwarded_for)
+    return Origin(CallChannel.MCP, scope.get("method", ""), scope.get("path", ""), address or None)
+
+
 def _http_host(ctx: ServerRequestContext[Any, Any]) -> Host:
     request = ctx.request
     if request is None:  # pragma: no cover - every message over HTTP carries its request
-        return Host(None, None, None)
+        return Host(None, None, None, Origin(CallChannel.MCP, ctx.method, HTTP_PATH))
     headers = request.headers
     # The host's own conversation id if it sends one (a stateless client has no MCP session).
     session_id = headers.get(SESSION_HEADER) or headers.get(MCP_SESSION_HEADER)
-    return Host(request.scope.get(_AGENT_SCOPE_KEY), session_id, headers.get(CUSTOMER_HEADER))
+    return Host(
+        request.scope.get(_AGENT_SCOPE_KEY),
+        session_id,
+        headers.get(CUSTOMER_HEADER),
+        http_origin(request.scope),
+    )
 
 
-def _refusal(status: int, code: str, message: str, **headers: str) -> JSONResponse:
-    """An HTTP refusal in the API's error envelope."""
+def _refusal(
+    origin: Origin, agent: Agent | None, status: int, code: str, message: str, **headers: str
+) -> JSONResponse:
+    """An HTTP refusal in the API's error envelope, recorded as the API records its own."""
+    if status in RECORDED_STATUSES:
+        security_event_record(
+            origin=origin, agent=agent, status=status, reason=code, detail=message
+        )
     body = error_body(status_code=status, code=code, message=message)
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -242,28 +332,31 @@ def _refusal(status: int, code: str, message: str, **headers: str) -> JSONRespon
 _CHALLENGE = {"WWW-Authenticate": "Token"}
 
 
-def _admitted(header: bytes) -> Agent | JSONResponse:
+def _admitted(origin: Origin, header: bytes) -> Agent | JSONResponse:
     """The agent of an Authorization header, authenticated and throttled as the API does it, or
     the API's answer to a request it refuses."""
     try:
         try:
             authenticated = AgentTokenAuthentication().from_header(header)
-        except AuthenticationFailed as refused:
-            return _refusal(401, "authentication_failed", str(refused.detail), **_CHALLENGE)
+        except AuthenticationFailed as failed:
+            return _refusal(
+                origin, None, 401, "authentication_failed", str(failed.detail), **_CHALLENGE
+            )
         if authenticated is None:
             message = "Authentication credentials were not provided: send 'Authorization: Token …'."
-            return _refusal(401, "not_authenticated", message, **_CHALLENGE)
+            return _refusal(origin, None, 401, "not_authenticated", message, **_CHALLENGE)
         agent: Agent = authenticated[0]
         if agent.current_policy_id is None:
-            return _refusal(403, "permission_denied", IsAgent.message)
+            return _refusal(origin, agent, 403, "permission_denied", IsAgent.message)
         try:
             wait = agent_throttle_wait(agent)
         except RateLimiterUnavailable:
-            return _refusal(503, RateLimiterDown.default_code, str(RateLimiterDown.default_detail))
+            down = RateLimiterDown
+            return _refusal(origin, agent, 503, down.default_code, str(down.default_detail))
         if wait:
             seconds = str(math.ceil(wait))
             message = f"Request was throttled. Expected available in {seconds} seconds."
-            return _refusal(429, "throttled", message, **{"Retry-After": seconds})
+            return _refusal(origin, agent, 429, "throttled", message, **{"Retry-After": seconds})
         return agent
     finally:
         connections.close_all()
@@ -281,7 +374,7 @@ class AgentTokenRequired:
             await self.app(scope, receive, send)
             return
         header = Headers(scope=scope).get("authorization", "").encode("latin-1")
-        admitted = await anyio.to_thread.run_sync(partial(_admitted, header))
+        admitted = await anyio.to_thread.run_sync(partial(_admitted, http_origin(scope), header))
         if isinstance(admitted, JSONResponse):
             await admitted(scope, receive, send)
             return

@@ -32,7 +32,14 @@ from mcp.client.streamable_http import streamable_http_client
 from pytest_django.fixtures import Settings
 
 from dispatch import mcp
-from dispatch.models import Agent, AuditRecord, CallChannel, Confirmation, Session
+from dispatch.models import (
+    Agent,
+    AuditRecord,
+    CallChannel,
+    Confirmation,
+    SecurityEvent,
+    Session,
+)
 from dispatch.services import token_hash
 from orders.tools import GetOrderArguments, RefundOrderArguments
 from tests.conftest import Ledger, MakeAgent, Run, require_service
@@ -316,6 +323,26 @@ def test_a_call_without_a_customer_is_refused_and_nothing_is_dispatched(
     assert ledger.state() == (0, 0)
 
 
+def test_a_call_without_a_customer_is_a_security_event_of_the_mcp_channel(
+    connect: Connect, token: str, ledger: Ledger
+) -> None:
+    async def refund(client: Client) -> Any:
+        return await client.call_tool("refund_order", REFUND)
+
+    drive(connect, refund, token, customer=None)
+
+    event = SecurityEvent.objects.get()
+    assert (event.channel, event.status, event.reason, event.agent) == (
+        CallChannel.MCP,
+        400,
+        "customer_missing",
+        agent_of(token),
+    )
+    assert (event.method, event.path) in {("tools/call", "stdio"), ("POST", mcp.HTTP_PATH)}
+    assert "gave no customer" in event.detail
+    assert ledger.state() == (0, 0)
+
+
 # Transport by transport -------------------------------------------------------------------------
 
 
@@ -379,6 +406,51 @@ def test_over_http_the_agents_requests_are_throttled_as_on_the_api(
     assert int(answers[2].headers["Retry-After"]) > 0
 
 
+def test_over_http_refused_tokens_are_security_events_of_the_mcp_channel(
+    mcp_url: str, token: str
+) -> None:
+    bare = "tg_without_a_policy_0123456789"
+    Agent.objects.create(name="no-policy", token_prefix=bare[:10], token_hash=token_hash(bare))
+
+    for authorization in (None, f"Token {token}x", f"Token {bare}"):
+        headers = {**ACCEPT, **({"Authorization": authorization} if authorization else {})}
+        requests.post(mcp_url, json=INITIALIZE, headers=headers, timeout=30)
+
+    events = SecurityEvent.objects.order_by("pk")
+    assert [(e.status, e.reason) for e in events] == [
+        (401, "not_authenticated"),
+        (401, "authentication_failed"),
+        (403, "permission_denied"),
+    ]
+    assert {(e.channel, e.method, e.path, e.client_address) for e in events} == {
+        (CallChannel.MCP, "POST", mcp.HTTP_PATH, "127.0.0.1")
+    }
+    assert events[2].agent == agent_of(bare)
+
+
+def test_over_http_the_hosts_refusals_are_security_events_of_the_mcp_channel(
+    mcp_url: str, token: str, ledger: Ledger
+) -> None:
+    over_http = http_connect(mcp_url)
+
+    async def read(client: Client) -> Any:
+        return await client.call_tool("get_order", {"order_id": "ORD-1001"})
+
+    drive(over_http, read, token, customer="CUS 1")
+    drive(over_http, read, token, session=None, mode="auto")
+    drive(over_http, read, token, session="conv-9", customer="CUS-1")
+    drive(over_http, read, token, session="conv-9", customer="CUS-2")
+
+    events = SecurityEvent.objects.order_by("pk")
+    assert [(e.status, e.reason) for e in events] == [
+        (400, "customer_invalid"),
+        (400, "session_missing"),
+        (409, "session_conflict"),
+    ]
+    assert {(e.channel, e.agent) for e in events} == {(CallChannel.MCP, agent_of(token))}
+    assert [r.customer_id for r in audit(agent_of(token))] == ["CUS-1"]
+
+
 def test_over_http_a_stateless_client_uses_the_hosts_session_header(
     mcp_url: str, token: str, ledger: Ledger
 ) -> None:
@@ -438,6 +510,30 @@ def test_over_stdio_a_missing_or_wrong_token_stops_the_server_with_a_clear_messa
     assert completed.returncode == 1
     assert message in completed.stderr
     assert completed.stdout == ""
+
+
+def test_over_stdio_a_refused_token_is_a_security_event_of_the_mcp_channel(token: str) -> None:
+    env = server_env(token + "x")
+
+    completed = subprocess.run(
+        [sys.executable, "manage.py", "mcp_serve", "--customer", "CUS-1"],
+        cwd=ROOT,
+        env=env,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert completed.returncode == 1
+    event = SecurityEvent.objects.get()
+    assert (event.channel, event.status, event.reason, event.agent) == (
+        CallChannel.MCP,
+        401,
+        "authentication_failed",
+        None,
+    )
+    assert (event.method, event.path, event.client_address) == ("mcp_serve", "stdio", None)
 
 
 def test_over_http_the_customer_is_not_an_option_of_the_server(run: Run) -> None:

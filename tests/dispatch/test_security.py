@@ -17,8 +17,8 @@ from django.test import Client, RequestFactory
 from django.utils import timezone
 from pytest_django import Settings
 
-from dispatch.models import Agent, SecurityEvent
-from dispatch.security import PRUNE_EVERY, security_event_record
+from dispatch.models import Agent, CallChannel, SecurityEvent
+from dispatch.security import PRUNE_EVERY, api_origin, security_event_record
 from dispatch.services import token_hash
 from tests.conftest import AgentClient, ClientFor, Ledger, Run
 
@@ -119,7 +119,8 @@ def test_a_refused_request_is_recorded_as_a_security_event(
     assert response.status_code == status, response.text
     event = SecurityEvent.objects.get()
     assert (event.status, event.reason, event.agent) == (status, reason, agent)
-    assert (event.method, event.path, event.client_address) == (
+    assert (event.channel, event.method, event.path, event.client_address) == (
+        CallChannel.API,
         "POST",
         "/api/v1/calls",
         "127.0.0.1",
@@ -205,7 +206,11 @@ def _record(n: int) -> list[SecurityEvent | None]:
     request = RequestFactory().post("/api/v1/calls", REMOTE_ADDR="198.51.100.1")
     return [
         security_event_record(
-            request=request, status=401, reason="authentication_failed", detail=""
+            origin=api_origin(request),
+            agent=None,
+            status=401,
+            reason="authentication_failed",
+            detail="",
         )
         for _ in range(n)
     ]
