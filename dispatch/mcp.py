@@ -8,31 +8,41 @@ What the model never chooses comes from the host: the agent (its token), the ses
 customer. Over stdio (`mcp_serve`) they are the process's: the token in TOOLGATE_TOKEN, a session
 per process, `--customer`. Over streamable HTTP they come with each request: `Authorization:
 Token <token>`, the MCP session (or the host's X-Toolgate-Session) and X-Toolgate-Customer.
+
+The SDK parses each message before any handler sees it, and keeps the last of two keys where the
+API refuses them; so each message is read first where its bytes are (StrictMessages over HTTP,
+StrictLines over stdio) as the API reads a body (dispatch.doors), and refused there otherwise.
+What is refused on the host's side is recorded as a security event (dispatch.security), as the
+API records its own, with the channel `mcp`.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import secrets
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from importlib import metadata
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 import anyio
 import mcp.types as types
+from django.conf import settings
 from django.db import connections
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 from rest_framework.exceptions import AuthenticationFailed
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dispatch import selectors
+from dispatch import doors, selectors
 from dispatch.authentication import AgentTokenAuthentication, IsAgent, agent_throttle_wait
 from dispatch.client_address import forwarded_client_address
 from dispatch.envelopes import CUSTOMER_ID_PATTERN, SESSION_ID_PATTERN
@@ -264,6 +274,49 @@ def mcp_server(host_of: HostOf) -> Server[Any]:
     )
 
 
+# Both transports: a message is read as strict JSON first ------------------------------------------
+
+MALFORMED_MESSAGE = "malformed_message"
+
+
+def unreadable_answer(
+    origin: Origin, agent: Agent | None, raw: bytes, unreadable: doors.Unreadable
+) -> types.JSONRPCError:
+    """A message that is not strict JSON (dispatch.doors), which the SDK would have read its own
+    way (the last of two keys): recorded as the API records a malformed body, and answered with a
+    JSON-RPC parse error carrying the API's error; nothing reaches a tool."""
+    where = f"'s {unreadable.field}:" if unreadable.field else " is"
+    message = f"The message{where} {unreadable}; nothing was done."
+    security_event_record(
+        origin=origin, agent=agent, status=400, reason=MALFORMED_MESSAGE, detail=message
+    )
+    request_id, _ = _head(raw)
+    api_error = error_body(status_code=400, code=MALFORMED_MESSAGE, message=message)["error"]
+    return types.JSONRPCError(
+        jsonrpc="2.0",
+        id=request_id,
+        error=types.ErrorData(code=types.PARSE_ERROR, message=message, data=api_error),
+    )
+
+
+def _head(raw: bytes) -> tuple[types.RequestId | None, str]:
+    """The id and the method of a refused message, where they can be read without doubt: the
+    id lets the client's request end with the error rather than wait (JSON-RPC's is null
+    otherwise), the method is what a security event over stdio names."""
+    try:
+        # Read leniently, only for these two: objects as their (key, value) pairs, in order.
+        pairs = json.loads(raw, object_pairs_hook=tuple)
+    except ValueError:
+        return None, ""
+    if type(pairs) is not tuple:
+        return None, ""
+    ids = [value for key, value in pairs if key == "id"]
+    methods = [value for key, value in pairs if key == "method"]
+    request_id = ids[0] if len(ids) == 1 and type(ids[0]) in (int, str) else None
+    method = methods[0] if len(methods) == 1 and isinstance(methods[0], str) else ""
+    return request_id, method
+
+
 # stdio ------------------------------------------------------------------------------------------
 
 
@@ -284,10 +337,73 @@ def stdio_origin(method: str) -> Origin:
     return Origin(CallChannel.MCP, method, STDIO_PATH)
 
 
-async def serve_stdio(host_of: HostOf) -> None:
-    server = mcp_server(host_of)
-    async with stdio_server() as (read_stream, write_stream):
+class StrictLines:
+    """Standard input as the SDK's stdio transport reads it, a message a line: each line read
+    first as strict JSON (dispatch.doors), and one that is not handed to `refuse` instead, never
+    on to the SDK."""
+
+    def __init__(
+        self,
+        lines: AsyncIterable[bytes],
+        refuse: Callable[[bytes, doors.Unreadable], Awaitable[None]],
+    ) -> None:
+        self.lines = lines
+        self.refuse = refuse
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        async for line in self.lines:
+            if not line.strip():
+                continue
+            try:
+                doors.message_read(line)
+            except doors.Unreadable as unreadable:
+                await self.refuse(line, unreadable)
+                continue
+            yield line.decode("utf-8")
+
+
+async def serve_stdio(token: str, customer_id: str | None) -> None:
+    """Serve the agent of `token` for `customer_id` over this process's stdin and stdout."""
+    server = mcp_server(stdio_host(token, customer_id))
+    # A refused line is answered through the transport's own writer, the one that writes every
+    # answer, so that no two writes interleave on stdout.
+    answer, answers = anyio.create_memory_object_stream[SessionMessage](1)
+
+    async def refuse(line: bytes, unreadable: doors.Unreadable) -> None:
+        origin = stdio_origin(_head(line)[1])
+        error = await _in_django(
+            lambda: unreadable_answer(origin, agent_authenticate(token), line, unreadable)
+        )
+        await answer.send(SessionMessage(error))
+
+    async def answer_refusals(writer: _Writer) -> None:
+        # On a writer of its own (a clone of the transport's), which the server's closing does
+        # not close: a refusal read just before stdin ended is still answered.
+        try:
+            async with answers:
+                async for message in answers:
+                    await writer.send(message)
+        finally:
+            await writer.aclose()
+
+    stdin = StrictLines(anyio.wrap_file(sys.stdin.buffer), refuse)
+    # The transport only iterates its stdin, line by line.
+    async with (
+        stdio_server(stdin=cast("anyio.AsyncFile[str]", stdin)) as (read_stream, write_stream),
+        anyio.create_task_group() as tasks,
+    ):
+        tasks.start_soon(answer_refusals, write_stream.clone())
         await server.run(read_stream, write_stream, server.create_initialization_options())
+        # Stdin has ended: no more refusals; those sent are answered before the writer ends.
+        answer.close()
+
+
+class _Writer(Protocol):
+    """The transport's writer, as the refusals' answers use it."""
+
+    async def send(self, message: SessionMessage, /) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 # streamable HTTP ---------------------------------------------------------------------------------
@@ -362,6 +478,71 @@ def _admitted(origin: Origin, header: bytes) -> Agent | JSONResponse:
         connections.close_all()
 
 
+async def _body(receive: Receive, limit: int) -> bytes | None:
+    """The request's body, read whole; None once it is over `limit` bytes."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            # The client left; what it sent is all there is.
+            return bytes(body)
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return None
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """`receive` for the app behind, with the body already read given back first."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+class StrictMessages:
+    """Every message posted over HTTP is read first as strict JSON (dispatch.doors), as the API
+    reads its bodies, and refused before the SDK parses it otherwise: 400 with a JSON-RPC parse
+    error, or 413 over the API's body limit."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        limit = settings.TOOLGATE_MAX_BODY_BYTES
+        origin, agent = http_origin(scope), scope.get(_AGENT_SCOPE_KEY)
+        body = await _body(receive, limit)
+        if body is None:
+            message = f"The body is over the limit of {limit} bytes."
+            too_large = await _in_django(
+                partial(_refusal, origin, agent, 413, "payload_too_large", message)
+            )
+            await too_large(scope, receive, send)
+            return
+        try:
+            doors.message_read(body)
+        except doors.Unreadable as unreadable:
+            error = await _in_django(partial(unreadable_answer, origin, agent, body, unreadable))
+            refused = Response(
+                error.model_dump_json(by_alias=True, exclude_unset=True),
+                status_code=400,
+                media_type="application/json",
+            )
+            await refused(scope, receive, send)
+            return
+        await self.app(scope, _replaying(body, receive), send)
+
+
 class AgentTokenRequired:
     """Every HTTP request carries an agent's token and is within its rate, or is refused before
     MCP sees it, as the API refuses it: 401, 403, 429 or 503."""
@@ -386,4 +567,5 @@ def http_app(*, host: str = "127.0.0.1") -> ASGIApp:
     """The streamable-HTTP server at /mcp; `host` is where it listens (on a loopback address the
     SDK also refuses requests whose Host or Origin is not a loopback one)."""
     server = mcp_server(_http_host)
-    return AgentTokenRequired(server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host))
+    sdk_app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
+    return AgentTokenRequired(StrictMessages(sdk_app))

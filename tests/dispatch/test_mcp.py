@@ -9,6 +9,7 @@ PostgreSQL (SQLite's test database lives in this process's memory).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -343,20 +344,62 @@ def test_a_call_without_a_customer_is_a_security_event_of_the_mcp_channel(
     assert ledger.state() == (0, 0)
 
 
+def test_a_nul_in_the_arguments_is_a_pipeline_rejection_with_its_audit_record(
+    connect: Connect, token: str, ledger: Ledger
+) -> None:
+    async def refund(client: Client) -> Any:
+        return await client.call_tool("refund_order", {**REFUND, "reason": "damaged\u0000"})
+
+    result = drive(connect, refund, token)
+
+    assert result.structured_content["code"] == "INVALID_JSON"
+    [record] = audit(agent_of(token))
+    assert (record.code, record.channel) == ("INVALID_JSON", CallChannel.MCP)
+    assert "damaged\\u0000" in record.raw_arguments
+    assert ledger.state() == (0, 0)
+
+
 # Transport by transport -------------------------------------------------------------------------
 
 
+PROTOCOL_VERSION = "2025-06-18"
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
     "params": {
-        "protocolVersion": "2025-06-18",
+        "protocolVersion": PROTOCOL_VERSION,
         "capabilities": {},
         "clientInfo": {"name": "test", "version": "0"},
     },
 }
 ACCEPT = {"Accept": "application/json, text/event-stream"}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+# 1.00 and then 49.00: a reader that keeps the last of two keys refunds 49.00, and an audit of
+# the parsed arguments shows only that.
+KEY_TWICE = (
+    '{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "refund_order", '
+    '"arguments": {"order_id": "ORD-1001", "amount_cents": 100, "amount_cents": 4900, '
+    '"currency": "BRL", "reason": "damaged"}}}'
+)
+
+
+def assert_refused_as_a_key_twice(answer: dict[str, Any]) -> None:
+    assert answer["id"] == 7
+    assert answer["error"]["code"] == -32700
+    assert "key 'amount_cents' appears more than once" in answer["error"]["message"]
+    assert answer["error"]["data"]["code"] == "malformed_message"
+
+
+def assert_recorded_as_a_key_twice(token: str, method: str, path: str) -> None:
+    event = SecurityEvent.objects.get()
+    assert (event.channel, event.status, event.reason, event.agent) == (
+        CallChannel.MCP,
+        400,
+        "malformed_message",
+        agent_of(token),
+    )
+    assert (event.method, event.path) == (method, path)
 
 
 def test_over_http_a_missing_or_wrong_token_is_answered_401(mcp_url: str, token: str) -> None:
@@ -451,6 +494,59 @@ def test_over_http_the_hosts_refusals_are_security_events_of_the_mcp_channel(
     assert [r.customer_id for r in audit(agent_of(token))] == ["CUS-1"]
 
 
+def http_session(url: str, token: str) -> dict[str, str]:
+    """The headers of an MCP session opened over HTTP by hand, as a client opens one."""
+    headers = {**ACCEPT, "Authorization": f"Token {token}", mcp.CUSTOMER_HEADER: "CUS-1"}
+    opened = requests.post(url, json=INITIALIZE, headers=headers, timeout=30)
+    assert opened.status_code == 200, opened.text
+    headers |= {
+        mcp.MCP_SESSION_HEADER: opened.headers[mcp.MCP_SESSION_HEADER],
+        "MCP-Protocol-Version": PROTOCOL_VERSION,
+    }
+    requests.post(url, json=INITIALIZED, headers=headers, timeout=30)
+    return headers
+
+
+def test_over_http_a_message_with_a_key_twice_is_refused_before_any_tool(
+    mcp_url: str, token: str, ledger: Ledger
+) -> None:
+    headers = http_session(mcp_url, token)
+
+    response = requests.post(
+        mcp_url,
+        data=KEY_TWICE.encode(),
+        headers={**headers, "Content-Type": "application/json"},
+        timeout=30,
+    )
+
+    assert response.status_code == 400
+    assert response.headers["Content-Type"] == "application/json"
+    assert_refused_as_a_key_twice(response.json())
+    assert audit(agent_of(token)) == []
+    assert ledger.state() == (0, 0)
+    assert_recorded_as_a_key_twice(token, "POST", mcp.HTTP_PATH)
+
+
+def test_over_http_a_body_over_the_apis_limit_is_a_413(
+    mcp_url: str, token: str, settings: Settings, ledger: Ledger
+) -> None:
+    settings.TOOLGATE_MAX_BODY_BYTES = 1024
+    padded = {**INITIALIZE, "id": 2, "pad": "x" * 1024}
+
+    response = requests.post(
+        mcp_url, json=padded, headers={**ACCEPT, "Authorization": f"Token {token}"}, timeout=30
+    )
+
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
+    event = SecurityEvent.objects.get()
+    assert (event.channel, event.status, event.reason) == (
+        CallChannel.MCP,
+        413,
+        "payload_too_large",
+    )
+
+
 def test_over_http_a_stateless_client_uses_the_hosts_session_header(
     mcp_url: str, token: str, ledger: Ledger
 ) -> None:
@@ -510,6 +606,29 @@ def test_over_stdio_a_missing_or_wrong_token_stops_the_server_with_a_clear_messa
     assert completed.returncode == 1
     assert message in completed.stderr
     assert completed.stdout == ""
+
+
+def test_over_stdio_a_message_line_with_a_key_twice_is_answered_with_a_parse_error(
+    token: str, ledger: Ledger
+) -> None:
+    lines = [json.dumps(INITIALIZE), json.dumps(INITIALIZED), KEY_TWICE]
+
+    completed = subprocess.run(
+        [sys.executable, "manage.py", "mcp_serve", "--customer", "CUS-1"],
+        cwd=ROOT,
+        env=server_env(token),
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    answers = [json.loads(line) for line in completed.stdout.splitlines()]
+    assert [answer["id"] for answer in answers] == [1, 7]
+    assert_refused_as_a_key_twice(answers[1])
+    assert audit(agent_of(token)) == []
+    assert ledger.state() == (0, 0)
+    assert_recorded_as_a_key_twice(token, "tools/call", mcp.STDIO_PATH)
 
 
 def test_over_stdio_a_refused_token_is_a_security_event_of_the_mcp_channel(token: str) -> None:

@@ -86,7 +86,7 @@ class Command(BaseCommand):
                 "customer_invalid",
                 "--customer: ASCII letters, digits, . _ : -, up to 64 characters.",
             )
-        anyio.run(mcp.serve_stdio, mcp.stdio_host(token, customer))
+        anyio.run(mcp.serve_stdio, token, customer)
 
     def _serve_http(self, host: str, port: int) -> None:
         import uvicorn
