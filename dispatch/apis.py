@@ -103,12 +103,15 @@ class CallCreateApi(AgentApi):
                 description=(
                     "Optional; printable ASCII, 1 to 255 characters, chosen by the host (such as "
                     "a UUID) and kept across its restarts. The same key with the same "
-                    "`customer_id`, `tool` and `arguments` gets the first answer again, byte for "
+                    "`customer_id`, `tool` and `arguments` gets the final answer again, byte for "
                     "byte, with `Idempotent-Replayed: true`, and nothing runs again, whatever the "
                     "`session_id` (a host that restarts under a new session cannot act twice). "
-                    "The same key with another request is a 422; while the first request with "
-                    "it runs, another is a 409 (retryable). Only final answers are kept: a 200 "
-                    "whose `retryable` is false. Keys are per agent and kept at least 24 hours."
+                    "Only final answers are kept: a 200 whose `retryable` is false, whose `code` "
+                    "is not `INTERNAL_ERROR` and whose `data` does not say `outcome: unknown`; "
+                    "after any other, the same request runs again in the session of the key's "
+                    "first request, which finishes the first call rather than running a new one. "
+                    "The same key with another request is a 422; while a request with it runs, "
+                    "another is a 409 (retryable). Keys are per agent and kept at least 24 hours."
                 ),
             )
         ],
@@ -144,14 +147,16 @@ class CallCreateApi(AgentApi):
         return self._keyed(self.agent(request), envelope, key)
 
     def _keyed(self, agent: Agent, envelope: CallEnvelope, key: str) -> HttpResponse:
-        """The call under the host's Idempotency-Key (dispatch/host_keys.py): the first answer
-        to the key if it has one, else the call's, kept against the key if final."""
+        """The call under the host's Idempotency-Key (dispatch/host_keys.py): the final answer
+        to the key if it has one, else the call's, run in the session of the key's first request
+        and kept against the key if final."""
         answer = host_keys.host_key_claim(
             agent=agent,
             key=key,
             request_hash=host_keys.request_hash(
                 customer_id=envelope.customer_id, tool=envelope.tool, arguments=envelope.arguments
             ),
+            session_id=envelope.session_id,
         )
         if isinstance(answer, host_keys.Answer):
             replayed = HttpResponse(
@@ -162,16 +167,17 @@ class CallCreateApi(AgentApi):
         claim = answer
 
         def keep(result: CallResult) -> None:
-            if result.retryable:
-                # Nothing was done, and sending it again can help: with this key too.
-                host_keys.host_key_release(claim=claim)
-            else:
+            if host_keys.answer_is_final(result):
                 host_keys.host_key_answer(claim=claim, status_code=200, body=_rendered(result))
+            else:
+                # The call may yet finish: the same request with this key runs it again in the
+                # claim's session, where the pipeline finishes it under its own key.
+                host_keys.host_key_unfinished(claim=claim, status_code=200, body=_rendered(result))
 
         try:
-            result = self._dispatch(agent, envelope, on_result=keep)
+            result = self._dispatch(agent, envelope, session_id=claim.session_id, on_result=keep)
         except BaseException:
-            # An envelope error or a failure is not the key's answer: the key is free again.
+            # An envelope error or a failure is not the key's answer: the key is given up.
             host_keys.host_key_release(claim=claim)
             raise
         return HttpResponse(_rendered(result), content_type="application/json")
@@ -180,12 +186,15 @@ class CallCreateApi(AgentApi):
     def _dispatch(
         agent: Agent,
         envelope: CallEnvelope,
+        *,
+        session_id: str | None = None,
         on_result: Callable[[CallResult], None] | None = None,
     ) -> CallResult:
+        """The envelope's call, in `session_id` if given rather than the envelope's."""
         try:
             return call_dispatch(
                 agent=agent,
-                session_id=envelope.session_id,
+                session_id=session_id or envelope.session_id,
                 customer_id=envelope.customer_id,
                 tool=envelope.tool,
                 arguments=envelope.arguments,
