@@ -4,7 +4,9 @@ with what a host sends.
 A message is read as strict JSON, with the pipeline's own module, before any library parses it:
 a key sent twice, a NaN, a number out of range or text that no database stores is refused at
 either door, so that nothing is read one way by a library (the last of two keys, say) and another
-by the audit. What either door refuses is recorded by dispatch.security, with its channel.
+by the audit. The model's arguments go on to the pipeline as that reading gave them, at both
+doors (a float keeps how it was written). What either door refuses is recorded by
+dispatch.security, with its channel.
 """
 
 from __future__ import annotations

@@ -64,8 +64,10 @@ MCP_SESSION_HEADER = "Mcp-Session-Id"
 HTTP_PATH = "/mcp"
 # What a security event over stdio gives for its path: the process has no HTTP request.
 STDIO_PATH = "stdio"
-# Where the HTTP adapter leaves the agent that the request's token belongs to.
+# Where the HTTP adapter leaves the agent that the request's token belongs to, and the arguments
+# of the request's tools/call messages as it read them.
 _AGENT_SCOPE_KEY = "toolgate.agent"
+_ARGUMENTS_SCOPE_KEY = "toolgate.arguments"
 
 _T = TypeVar("_T")
 
@@ -238,11 +240,13 @@ def _version() -> str:
 
 
 HostOf = Callable[[ServerRequestContext[Any, Any]], Host]
+# A tools/call's arguments as the door read them (strict JSON), or None if it has none for it.
+ArgumentsOf = Callable[[ServerRequestContext[Any, Any]], Mapping[str, Any] | None]
 
 
-def mcp_server(host_of: HostOf) -> Server[Any]:
+def mcp_server(host_of: HostOf, arguments_of: ArgumentsOf) -> Server[Any]:
     """The MCP server; `host_of` says who the host is for a request (called in a worker thread,
-    where it may read the database)."""
+    where it may read the database), `arguments_of` what its tools/call's arguments are."""
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -261,7 +265,12 @@ def mcp_server(host_of: HostOf) -> Server[Any]:
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        return await _in_django(lambda: tool_call(host_of(ctx), params.name, params.arguments))
+        # The arguments as the door read them, as the API reads its own: the SDK's reading of
+        # the same message has the same keys and values (the door refused what is ambiguous)
+        # but loses how a number was written (80.00, which the hint for minor units follows).
+        read = arguments_of(ctx)
+        arguments = params.arguments if read is None else read
+        return await _in_django(lambda: tool_call(host_of(ctx), params.name, arguments))
 
     return Server(
         SERVER_NAME,
@@ -297,6 +306,23 @@ def unreadable_answer(
         id=request_id,
         error=types.ErrorData(code=types.PARSE_ERROR, message=message, data=api_error),
     )
+
+
+def tool_call_arguments(message: Any) -> dict[types.RequestId, Mapping[str, Any]]:
+    """The arguments of each tools/call request in a message (or a batch) as the door read it,
+    by request id."""
+    found: dict[types.RequestId, Mapping[str, Any]] = {}
+    for request in message if isinstance(message, list) else [message]:
+        if not isinstance(request, dict) or request.get("method") != "tools/call":
+            continue
+        request_id, params = request.get("id"), request.get("params")
+        arguments = params.get("arguments") if isinstance(params, dict) else None
+        # An id is a string or an integer; JSON's true is neither, though Python's bool is an int.
+        if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+            continue
+        if isinstance(arguments, dict):
+            found[request_id] = arguments
+    return found
 
 
 def _head(raw: bytes) -> tuple[types.RequestId | None, str]:
@@ -342,6 +368,10 @@ class StrictLines:
     first as strict JSON (dispatch.doors), and one that is not handed to `refuse` instead, never
     on to the SDK."""
 
+    # Arguments kept for calls read and not yet run; a client with more calls in flight than
+    # this loses the oldest ones' (they run on the SDK's reading of them).
+    KEPT_ARGUMENTS = 256
+
     def __init__(
         self,
         lines: AsyncIterable[bytes],
@@ -349,22 +379,31 @@ class StrictLines:
     ) -> None:
         self.lines = lines
         self.refuse = refuse
+        self.arguments: dict[types.RequestId, Mapping[str, Any]] = {}
 
     async def __aiter__(self) -> AsyncIterator[str]:
         async for line in self.lines:
             if not line.strip():
                 continue
             try:
-                doors.message_read(line)
+                message = doors.message_read(line)
             except doors.Unreadable as unreadable:
                 await self.refuse(line, unreadable)
                 continue
+            self.arguments |= tool_call_arguments(message)
+            while len(self.arguments) > self.KEPT_ARGUMENTS:
+                del self.arguments[next(iter(self.arguments))]
             yield line.decode("utf-8")
+
+    def arguments_of(self, ctx: ServerRequestContext[Any, Any]) -> Mapping[str, Any] | None:
+        """The arguments of the tools/call `ctx` runs, as read; given once."""
+        if ctx.request_id is None:
+            return None
+        return self.arguments.pop(ctx.request_id, None)
 
 
 async def serve_stdio(token: str, customer_id: str | None) -> None:
     """Serve the agent of `token` for `customer_id` over this process's stdin and stdout."""
-    server = mcp_server(stdio_host(token, customer_id))
     # A refused line is answered through the transport's own writer, the one that writes every
     # answer, so that no two writes interleave on stdout.
     answer, answers = anyio.create_memory_object_stream[SessionMessage](1)
@@ -387,6 +426,7 @@ async def serve_stdio(token: str, customer_id: str | None) -> None:
             await writer.aclose()
 
     stdin = StrictLines(anyio.wrap_file(sys.stdin.buffer), refuse)
+    server = mcp_server(stdio_host(token, customer_id), stdin.arguments_of)
     # The transport only iterates its stdin, line by line.
     async with (
         stdio_server(stdin=cast("anyio.AsyncFile[str]", stdin)) as (read_stream, write_stream),
@@ -530,7 +570,7 @@ class StrictMessages:
             await too_large(scope, receive, send)
             return
         try:
-            doors.message_read(body)
+            message = doors.message_read(body)
         except doors.Unreadable as unreadable:
             error = await _in_django(partial(unreadable_answer, origin, agent, body, unreadable))
             refused = Response(
@@ -540,7 +580,16 @@ class StrictMessages:
             )
             await refused(scope, receive, send)
             return
+        scope[_ARGUMENTS_SCOPE_KEY] = tool_call_arguments(message)
         await self.app(scope, _replaying(body, receive), send)
+
+
+def _http_arguments(ctx: ServerRequestContext[Any, Any]) -> Mapping[str, Any] | None:
+    request = ctx.request
+    if request is None or ctx.request_id is None:  # pragma: no cover - as in _http_host
+        return None
+    read: dict[types.RequestId, Mapping[str, Any]] = request.scope.get(_ARGUMENTS_SCOPE_KEY, {})
+    return read.get(ctx.request_id)
 
 
 class AgentTokenRequired:
@@ -566,6 +615,6 @@ class AgentTokenRequired:
 def http_app(*, host: str = "127.0.0.1") -> ASGIApp:
     """The streamable-HTTP server at /mcp; `host` is where it listens (on a loopback address the
     SDK also refuses requests whose Host or Origin is not a loopback one)."""
-    server = mcp_server(_http_host)
+    server = mcp_server(_http_host, _http_arguments)
     sdk_app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
     return AgentTokenRequired(StrictMessages(sdk_app))

@@ -384,6 +384,26 @@ KEY_TWICE = (
 )
 
 
+# 80.00 where minor units are due: written as money, which the message's hint must follow.
+MONEY_WRITTEN = (
+    '{"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "refund_order", '
+    '"arguments": {"order_id": "ORD-1001", "amount_cents": 80.00, "currency": "BRL", '
+    '"reason": "damaged"}}}'
+)
+# What the API answers for the same arguments (tests/dispatch/pipeline/test_messages.py).
+MONEY_HINT = "80.00 is not an integer (send an integer in minor units, such as 8000 for 80.00)"
+
+
+def rpc_answer(response: requests.Response) -> dict[str, Any]:
+    """The JSON-RPC answer of a response, sent as JSON or as the last server-sent event."""
+    assert response.status_code == 200, response.text
+    if response.headers["Content-Type"].startswith("text/event-stream"):
+        events = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+        answer: dict[str, Any] = json.loads(events[-1])
+        return answer
+    return dict(response.json())
+
+
 def assert_refused_as_a_key_twice(answer: dict[str, Any]) -> None:
     assert answer["id"] == 7
     assert answer["error"]["code"] == -32700
@@ -527,6 +547,24 @@ def test_over_http_a_message_with_a_key_twice_is_refused_before_any_tool(
     assert_recorded_as_a_key_twice(token, "POST", mcp.HTTP_PATH)
 
 
+def test_over_http_the_arguments_are_read_by_the_apis_parser(
+    mcp_url: str, token: str, ledger: Ledger
+) -> None:
+    headers = http_session(mcp_url, token)
+
+    response = requests.post(
+        mcp_url,
+        data=MONEY_WRITTEN.encode(),
+        headers={**headers, "Content-Type": "application/json"},
+        timeout=30,
+    )
+
+    result = rpc_answer(response)["result"]["structuredContent"]
+    assert result["code"] == "INVALID_ARGUMENTS"
+    assert MONEY_HINT in result["message"]
+    assert ledger.state() == (0, 0)
+
+
 def test_over_http_a_body_over_the_apis_limit_is_a_413(
     mcp_url: str, token: str, settings: Settings, ledger: Ledger
 ) -> None:
@@ -629,6 +667,49 @@ def test_over_stdio_a_message_line_with_a_key_twice_is_answered_with_a_parse_err
     assert audit(agent_of(token)) == []
     assert ledger.state() == (0, 0)
     assert_recorded_as_a_key_twice(token, "tools/call", mcp.STDIO_PATH)
+
+
+def stdio_answer(token: str, lines: list[str], request_id: int) -> dict[str, Any]:
+    """Write the lines to a stdio server and read its answers up to the one to `request_id`;
+    stdin stays open until then, since a call still running when it ends is dropped."""
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "mcp_serve", "--customer", "CUS-1"],
+        cwd=ROOT,
+        env=server_env(token),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    watchdog = threading.Timer(120, server.kill)
+    watchdog.start()
+    try:
+        assert server.stdin is not None and server.stdout is not None
+        server.stdin.write("\n".join(lines) + "\n")
+        server.stdin.flush()
+        for line in server.stdout:
+            answer: dict[str, Any] = json.loads(line)
+            if answer.get("id") == request_id:
+                server.stdin.close()
+                server.wait(timeout=60)
+                return answer
+        raise AssertionError(f"the server ended without answering {request_id}")
+    finally:
+        watchdog.cancel()
+        if server.poll() is None:
+            server.kill()
+            server.wait(timeout=30)
+
+
+def test_over_stdio_the_arguments_are_read_by_the_apis_parser(token: str, ledger: Ledger) -> None:
+    lines = [json.dumps(INITIALIZE), json.dumps(INITIALIZED), MONEY_WRITTEN]
+
+    answer = stdio_answer(token, lines, request_id=8)
+
+    result = answer["result"]["structuredContent"]
+    assert result["code"] == "INVALID_ARGUMENTS"
+    assert MONEY_HINT in result["message"]
+    assert ledger.state() == (0, 0)
 
 
 def test_over_stdio_a_refused_token_is_a_security_event_of_the_mcp_channel(token: str) -> None:
