@@ -23,6 +23,8 @@ happened) leaves the key unfinished, and the same request with it runs again in 
 the key's first request, whatever session it names: there the pipeline's own key (agent,
 session, tool, arguments) is the first call's, so a call whose outcome is unknown is finished
 under it, once, rather than judged and run again as a new call. Its final answer is then kept.
+Each run counts in that session's step budget and repeat limit as any call does: a key resent
+past the limit gets LOOP_DETECTED, which is final.
 An envelope error (400, 409, 500, ...) is no answer at all: it frees a new key altogether, and
 leaves an unfinished one unfinished.
 
