@@ -269,7 +269,8 @@ def mcp_server(host_of: HostOf, arguments_of: ArgumentsOf) -> Server[Any]:
         # the same message has the same keys and values (the door refused what is ambiguous)
         # but loses how a number was written (80.00, which the hint for minor units follows).
         read = arguments_of(ctx)
-        arguments = params.arguments if read is None else read
+        same = read is not None and _same_arguments(read, params.arguments)
+        arguments = read if same else params.arguments
         return await _in_django(lambda: tool_call(host_of(ctx), params.name, arguments))
 
     return Server(
@@ -308,10 +309,13 @@ def unreadable_answer(
     )
 
 
-def tool_call_arguments(message: Any) -> dict[types.RequestId, Mapping[str, Any]]:
+ReadArguments = dict[types.RequestId, Mapping[str, Any]]
+
+
+def tool_call_arguments(message: Any) -> ReadArguments:
     """The arguments of each tools/call request in a message (or a batch) as the door read it,
     by request id."""
-    found: dict[types.RequestId, Mapping[str, Any]] = {}
+    found: ReadArguments = {}
     for request in message if isinstance(message, list) else [message]:
         if not isinstance(request, dict) or request.get("method") != "tools/call":
             continue
@@ -323,6 +327,12 @@ def tool_call_arguments(message: Any) -> dict[types.RequestId, Mapping[str, Any]
         if isinstance(arguments, dict):
             found[request_id] = arguments
     return found
+
+
+def _same_arguments(read: Mapping[str, Any], parsed: Mapping[str, Any] | None) -> bool:
+    # The same keys, in the same order, and values of the same JSON types: what tells the door's
+    # reading of a request from another's that reused its id while it was pending.
+    return json.dumps(read) == json.dumps(parsed or {})
 
 
 def _head(raw: bytes) -> tuple[types.RequestId | None, str]:
@@ -369,7 +379,8 @@ class StrictLines:
     on to the SDK."""
 
     # Arguments kept for calls read and not yet run; a client with more calls in flight than
-    # this loses the oldest ones' (they run on the SDK's reading of them).
+    # this loses the oldest ones' (which then run on the SDK's reading of them, as does a call
+    # whose id another request reused meanwhile).
     KEPT_ARGUMENTS = 256
 
     def __init__(
@@ -379,7 +390,7 @@ class StrictLines:
     ) -> None:
         self.lines = lines
         self.refuse = refuse
-        self.arguments: dict[types.RequestId, Mapping[str, Any]] = {}
+        self.arguments: ReadArguments = {}
 
     async def __aiter__(self) -> AsyncIterator[str]:
         async for line in self.lines:
@@ -588,7 +599,7 @@ def _http_arguments(ctx: ServerRequestContext[Any, Any]) -> Mapping[str, Any] | 
     request = ctx.request
     if request is None or ctx.request_id is None:  # pragma: no cover - as in _http_host
         return None
-    read: dict[types.RequestId, Mapping[str, Any]] = request.scope.get(_ARGUMENTS_SCOPE_KEY, {})
+    read: ReadArguments = request.scope.get(_ARGUMENTS_SCOPE_KEY, {})
     return read.get(ctx.request_id)
 
 
