@@ -322,6 +322,25 @@ def test_security_events_are_listed_and_filtered_read_only_in_the_admin(
     assert SecurityEvent.objects.filter(pk=switching.pk).exists()
 
 
+def test_the_admin_shows_and_filters_each_events_channel(admin_client: Client) -> None:
+    for channel, address in ((CallChannel.API, "203.0.113.7"), (CallChannel.MCP, "198.51.100.1")):
+        SecurityEvent.objects.create(
+            at=timezone.now(),
+            channel=channel,
+            client_address=address,
+            method="POST",
+            path="/mcp" if channel == CallChannel.MCP else "/api/v1/calls",
+            status=401,
+            reason="authentication_failed",
+        )
+
+    listed = admin_client.get("/admin/dispatch/securityevent/")
+    over_mcp = admin_client.get("/admin/dispatch/securityevent/", {"channel__exact": "mcp"})
+
+    assert b"Channel" in listed.content and b">MCP<" in listed.content
+    assert b"198.51.100.1" in over_mcp.content and b"203.0.113.7" not in over_mcp.content
+
+
 def test_managers_see_security_events_and_reviewers_do_not(run: Run, client: Client) -> None:
     run("seed_demo", "--force")
 
