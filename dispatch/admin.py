@@ -420,11 +420,21 @@ class AuditRecordAdmin(ReadOnlyAdmin):
 
 @admin.register(SecurityEvent)
 class SecurityEventAdmin(ReadOnlyAdmin):
-    """Refused requests of the agent API: a burst from one address, or of one reason, stands out
-    when filtered."""
+    """Refused requests of the agent API and the MCP server: a burst from one address, or of one
+    reason, stands out when filtered."""
 
-    list_display = ("at", "status", "reason", "agent", "client_address", "method", "path", "detail")
-    list_filter = ("status", "reason", "agent")
+    list_display = (
+        "at",
+        "channel",
+        "status",
+        "reason",
+        "agent",
+        "client_address",
+        "method",
+        "path",
+        "detail",
+    )
+    list_filter = ("channel", "status", "reason", "agent")
     list_select_related = ("agent",)
     search_fields = ("client_address", "path", "detail")
     date_hierarchy = "at"

@@ -22,9 +22,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dispatch import host_keys, selectors
+from dispatch import doors, host_keys, selectors
 from dispatch.authentication import AgentRateThrottle, AgentTokenAuthentication, IsAgent
 from dispatch.envelopes import (
+    HOST_FIELDS,
     CallEnvelope,
     CallResultDoc,
     CodeCatalogueDoc,
@@ -41,7 +42,6 @@ from dispatch.errors import (
 )
 from dispatch.formats import FORMATS, tools_in_format
 from dispatch.models import Agent, AuditRecord
-from dispatch.pipeline import strictjson
 from dispatch.pipeline.messages import describe_validation_error
 from dispatch.pipeline.results import CallResult
 from dispatch.pipeline.state import SessionConflict
@@ -103,12 +103,15 @@ class CallCreateApi(AgentApi):
                 description=(
                     "Optional; printable ASCII, 1 to 255 characters, chosen by the host (such as "
                     "a UUID) and kept across its restarts. The same key with the same "
-                    "`customer_id`, `tool` and `arguments` gets the first answer again, byte for "
+                    "`customer_id`, `tool` and `arguments` gets the final answer again, byte for "
                     "byte, with `Idempotent-Replayed: true`, and nothing runs again, whatever the "
                     "`session_id` (a host that restarts under a new session cannot act twice). "
-                    "The same key with another request is a 422; while the first request with "
-                    "it runs, another is a 409 (retryable). Only final answers are kept: a 200 "
-                    "whose `retryable` is false. Keys are per agent and kept at least 24 hours."
+                    "Only final answers are kept: a 200 whose `retryable` is false, whose `code` "
+                    "is not `INTERNAL_ERROR` and whose `data` does not say `outcome: unknown`; "
+                    "after any other, the same request runs again in the session of the key's "
+                    "first request, which finishes the first call rather than running a new one. "
+                    "The same key with another request is a 422; while a request with it runs, "
+                    "another is a 409 (retryable). Keys are per agent and kept at least 24 hours."
                 ),
             )
         ],
@@ -144,14 +147,16 @@ class CallCreateApi(AgentApi):
         return self._keyed(self.agent(request), envelope, key)
 
     def _keyed(self, agent: Agent, envelope: CallEnvelope, key: str) -> HttpResponse:
-        """The call under the host's Idempotency-Key (dispatch/host_keys.py): the first answer
-        to the key if it has one, else the call's, kept against the key if final."""
+        """The call under the host's Idempotency-Key (dispatch/host_keys.py): the final answer
+        to the key if it has one, else the call's, run in the session of the key's first request
+        and kept against the key if final."""
         answer = host_keys.host_key_claim(
             agent=agent,
             key=key,
             request_hash=host_keys.request_hash(
                 customer_id=envelope.customer_id, tool=envelope.tool, arguments=envelope.arguments
             ),
+            session_id=envelope.session_id,
         )
         if isinstance(answer, host_keys.Answer):
             replayed = HttpResponse(
@@ -162,16 +167,17 @@ class CallCreateApi(AgentApi):
         claim = answer
 
         def keep(result: CallResult) -> None:
-            if result.retryable:
-                # Nothing was done, and sending it again can help: with this key too.
-                host_keys.host_key_release(claim=claim)
-            else:
+            if host_keys.answer_is_final(result):
                 host_keys.host_key_answer(claim=claim, status_code=200, body=_rendered(result))
+            else:
+                # The call may yet finish: the same request with this key runs it again in the
+                # claim's session, where the pipeline finishes it under its own key.
+                host_keys.host_key_unfinished(claim=claim, status_code=200, body=_rendered(result))
 
         try:
-            result = self._dispatch(agent, envelope, on_result=keep)
+            result = self._dispatch(agent, envelope, session_id=claim.session_id, on_result=keep)
         except BaseException:
-            # An envelope error or a failure is not the key's answer: the key is free again.
+            # An envelope error or a failure is not the key's answer: the key is given up.
             host_keys.host_key_release(claim=claim)
             raise
         return HttpResponse(_rendered(result), content_type="application/json")
@@ -180,12 +186,15 @@ class CallCreateApi(AgentApi):
     def _dispatch(
         agent: Agent,
         envelope: CallEnvelope,
+        *,
+        session_id: str | None = None,
         on_result: Callable[[CallResult], None] | None = None,
     ) -> CallResult:
+        """The envelope's call, in `session_id` if given rather than the envelope's."""
         try:
             return call_dispatch(
                 agent=agent,
-                session_id=envelope.session_id,
+                session_id=session_id or envelope.session_id,
                 customer_id=envelope.customer_id,
                 tool=envelope.tool,
                 arguments=envelope.arguments,
@@ -227,15 +236,22 @@ class CallCreateApi(AgentApi):
         if len(body) > limit:
             raise PayloadTooLarge(f"The body is over the limit of {limit} bytes.")
         try:
-            document = strictjson.loads(body.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise MalformedEnvelope("The body is not UTF-8.") from None
-        except strictjson.StrictJSONError as exc:
-            raise MalformedEnvelope(f"The body is not strict JSON: {exc}.") from None
+            document = doors.message_read(body)
+        except doors.Unreadable as exc:
+            if exc.field is not None:
+                raise MalformedEnvelope(f"{exc.field}: {exc}; send it without.") from None
+            raise MalformedEnvelope(f"The body is {exc}.") from None
         if not isinstance(document, dict):
             raise MalformedEnvelope(
                 "The body must be a JSON object with session_id, customer_id, tool and arguments."
             )
+        for field in HOST_FIELDS:
+            value = document.get(field)
+            # What the host vouches for is kept as sent. A NUL in the model's tool or arguments
+            # goes on to the pipeline instead, which refuses it with an audit record.
+            problem = doors.unstorable(value) if isinstance(value, str) else None
+            if problem is not None:
+                raise MalformedEnvelope(f"{field}: {problem}; send it without.")
         try:
             return CallEnvelope.model_validate(document, strict=True)
         except ValidationError as exc:
@@ -351,7 +367,12 @@ class SessionCallsApi(AgentApi):
     )
     def get(self, request: Request, session_id: str) -> Response:
         agent = self.agent(request)
-        session = selectors.session_get(agent=agent, session_id=session_id)
+        # An id no database can store names no session (and PostgreSQL would refuse the query).
+        session = (
+            None
+            if doors.unstorable(session_id)
+            else selectors.session_get(agent=agent, session_id=session_id)
+        )
         if session is None:
             raise NotFound("This agent has no session with that id.")
         paginator = SessionCallsPagination()
@@ -377,8 +398,12 @@ class ConfirmationDetailApi(AgentApi):
         responses={200: ConfirmationDoc, 404: ErrorEnvelope, **ERRORS},
     )
     def get(self, request: Request, confirmation_id: str) -> Response:
-        confirmation = selectors.confirmation_get(
-            agent=self.agent(request), confirmation_id=confirmation_id
+        confirmation = (
+            None
+            if doors.unstorable(confirmation_id)
+            else selectors.confirmation_get(
+                agent=self.agent(request), confirmation_id=confirmation_id
+            )
         )
         if confirmation is None:
             raise NotFound("This agent has no confirmation with that id.")

@@ -17,15 +17,19 @@ from django.http import HttpRequest
 
 def client_address(request: HttpRequest) -> str:
     """The client's IP address, or "" when the request has none (a request made in code)."""
-    peer = _normalised(request.META.get("REMOTE_ADDR", "")) or ""
+    return forwarded_client_address(
+        request.META.get("REMOTE_ADDR", ""), request.META.get("HTTP_X_FORWARDED_FOR", "")
+    )
+
+
+def forwarded_client_address(peer_address: str, forwarded_for: str) -> str:
+    """The same, from the socket's peer and the X-Forwarded-For header, for a request that is not
+    Django's (the MCP server's, on ASGI)."""
+    peer = _normalised(peer_address) or ""
     trusted = int(settings.TOOLGATE_TRUSTED_PROXY_COUNT)
     if trusted <= 0:
         return peer
-    forwarded = [
-        entry.strip()
-        for entry in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")
-        if entry.strip()
-    ]
+    forwarded = [entry.strip() for entry in forwarded_for.split(",") if entry.strip()]
     # Fewer entries than proxies means the request did not pass through all of them (it reached
     # the app directly, say), so none of the header can be trusted; the peer is what is known.
     if len(forwarded) < trusted:

@@ -11,6 +11,9 @@ from dispatch.pipeline.results import CallResult
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
+# What the agent host vouches for, rather than the model: kept as sent, so text that no database
+# stores in them is refused with the envelope.
+HOST_FIELDS = ("session_id", "customer_id", "context")
 
 
 class CallEnvelope(BaseModel):

@@ -24,7 +24,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
-from dispatch.security import RECORDED_STATUSES, security_event_record
+from dispatch.security import (
+    RECORDED_STATUSES,
+    api_agent,
+    api_origin,
+    security_event_record,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +162,13 @@ def _record_refusal(
     request: HttpRequest | Request, status_code: int, code: str, message: str
 ) -> None:
     if status_code in RECORDED_STATUSES:
-        security_event_record(request=request, status=status_code, reason=code, detail=message)
+        security_event_record(
+            origin=api_origin(request),
+            agent=api_agent(request),
+            status=status_code,
+            reason=code,
+            detail=message,
+        )
 
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

@@ -346,7 +346,8 @@ class Movement(models.Model):
 
 
 class SecurityEvent(models.Model):
-    """A request the agent API refused (400, 401, 403, 409, 413, 415, 429): who, from where, why.
+    """A request the agent API or the MCP server refused (400, 401, 403, 409, 413, 415, 422,
+    429): who, from where, through which door, why.
 
     Append-only (on PostgreSQL a trigger refuses UPDATE); old rows are pruned, so the table stays
     bounded however many requests are refused (dispatch.security).
@@ -363,6 +364,7 @@ class SecurityEvent(models.Model):
     status = models.PositiveSmallIntegerField()
     reason = models.CharField(max_length=64, help_text="the error's code, as the client got it")
     detail = models.CharField(max_length=200, blank=True)
+    channel = models.CharField(max_length=8, choices=CallChannel.choices, default=CallChannel.API)
 
     def __str__(self) -> str:
         return f"{self.status} {self.reason} {self.method} {self.path}"
@@ -470,10 +472,11 @@ class PendingRecovery(models.Model):
 
 
 class HostIdempotencyKey(models.Model):
-    """An agent host's Idempotency-Key (POST /api/v1/calls) and the first answer it was given.
+    """An agent host's Idempotency-Key (POST /api/v1/calls) and the final answer it was given.
 
     Inserted before the call runs, so the unique (agent, key) decides which of two racing requests
-    runs; the answer is written in the call's own transaction (dispatch/host_keys.py).
+    runs; the answer is written in the call's own transaction (dispatch/host_keys.py). Running,
+    unfinished (its last answer was not final) or answered (completed_at).
     """
 
     # Indexed by the (agent, key) constraint.
@@ -481,9 +484,15 @@ class HostIdempotencyKey(models.Model):
     key = models.CharField(max_length=255)
     # What "the same request" means: the customer, the tool and the arguments, not the session.
     request_hash = models.CharField(max_length=64)
+    # The session of the key's first request: every run with the key runs in it, so that the
+    # pipeline finishes, under its own key, a call whose first answer was not final.
+    session_id = models.CharField(max_length=128, blank=True, default="")
+    # The last run's answer was not final and no run holds the key: the same request runs again.
+    unfinished = models.BooleanField(default=False)
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
-    # The answer's exact JSON text: a replay is the first answer byte for byte, which a jsonb
-    # column, reordering keys, would not give back.
+    # The answer's exact JSON text (an unfinished key's last answer, kept for the record): a
+    # replay is the final answer byte for byte, which a jsonb column, reordering keys, would not
+    # give back.
     response_body = models.TextField(blank=True, default="")
     created_at = models.DateTimeField()
     # When the run that answers it began; a run that died is taken over and moves it.
@@ -496,4 +505,5 @@ class HostIdempotencyKey(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.agent_id} {self.key[:32]} ({'answered' if self.completed_at else 'running'})"
+        state = "answered" if self.completed_at else "unfinished" if self.unfinished else "running"
+        return f"{self.agent_id} {self.key[:32]} ({state})"

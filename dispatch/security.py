@@ -1,8 +1,10 @@
-"""Refused requests of the agent API, recorded as security events, and their table kept bounded.
+"""Refused requests, recorded as security events, and their table kept bounded.
 
-dispatch.errors, which answers every refusal, records those worth watching: a burst of 401s is
-credential stuffing, a run of 409s a host switching customers under one session. Recording never
-changes the answer: if the write fails, the failure is logged and the refusal goes out as it was.
+Both doors onto the pipeline record here, each event with its channel: dispatch.errors, which
+answers every refusal of the agent API, and the MCP server (dispatch.mcp), which refuses over
+HTTP and over stdio. They record those worth watching: a burst of 401s is credential stuffing, a
+run of 409s a host switching customers under one session. Recording never changes the answer: if
+the write fails, the failure is logged and the refusal goes out as it was.
 
 The table is bounded two ways: rows older than TOOLGATE_SECURITY_EVENTS_RETENTION_DAYS go, and
 so do all but the newest TOOLGATE_SECURITY_EVENTS_MAX_ROWS. Every PRUNE_EVERY-th write prunes one
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -24,7 +27,7 @@ from django.utils import timezone
 from rest_framework.request import Request
 
 from dispatch.client_address import client_address
-from dispatch.models import Agent, SecurityEvent
+from dispatch.models import Agent, CallChannel, SecurityEvent
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +44,37 @@ _METHOD = SecurityEvent._meta.get_field("method").max_length or 16
 
 
 def _clip(text: str, limit: int) -> str:
+    # A refusal may quote what it refused (its path, say): a NUL, which PostgreSQL keeps in no
+    # text, is kept escaped as JSON writes it; an unpaired surrogate, which no encoding writes, as
+    # Python writes it.
+    text = text.replace("\x00", "\\u0000")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _agent_of(request: HttpRequest | Request) -> Agent | None:
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a refused request came in: the door (the API or MCP), the method and the path, and
+    the client's address where the door has one (MCP over stdio has none)."""
+
+    channel: str
+    method: str
+    path: str
+    client_address: str | None = None
+
+
+def api_origin(request: HttpRequest | Request) -> Origin:
+    http_request = request._request if isinstance(request, Request) else request
+    return Origin(
+        CallChannel.API,
+        str(http_request.method),
+        http_request.path,
+        client_address(http_request) or None,
+    )
+
+
+def api_agent(request: HttpRequest | Request) -> Agent | None:
     # Only DRF's request knows the agent; every refusal recorded from it came after
     # authentication was tried, so asking does not authenticate again.
     if isinstance(request, Request) and isinstance(request.user, Agent):
@@ -53,19 +83,20 @@ def _agent_of(request: HttpRequest | Request) -> Agent | None:
 
 
 def security_event_record(
-    *, request: HttpRequest | Request, status: int, reason: str, detail: str
+    *, origin: Origin, agent: Agent | None, status: int, reason: str, detail: str
 ) -> SecurityEvent | None:
-    """Record a refusal; None (and a log line) if it could not be written."""
-    http_request = request._request if isinstance(request, Request) else request
+    """Record a refusal, whichever door refused it; None (and a log line) if it could not be
+    written."""
     try:
         # A savepoint: a failed write must not break a transaction the request may be in.
         with transaction.atomic():
             event = SecurityEvent.objects.create(
                 at=timezone.now(),
-                agent=_agent_of(request),
-                client_address=client_address(http_request) or None,
-                method=_clip(str(http_request.method), _METHOD),
-                path=_clip(http_request.path, _PATH),
+                agent=agent,
+                channel=origin.channel,
+                client_address=origin.client_address,
+                method=_clip(origin.method, _METHOD),
+                path=_clip(origin.path, _PATH),
                 status=status,
                 reason=_clip(reason, _REASON),
                 detail=_clip(detail, _DETAIL),
@@ -73,21 +104,23 @@ def security_event_record(
     except (OperationalError, InterfaceError) as exc:
         # The database is away: one line, not a traceback per refused request.
         logger.warning(
-            "Could not record the security event %s %s for %s %s: %s",
+            "Could not record the security event %s %s for %s %s %s: %s",
             status,
             reason,
-            http_request.method,
-            http_request.path[:_PATH],
+            origin.channel,
+            origin.method,
+            origin.path[:_PATH],
             str(exc).strip()[:200],
         )
         return None
     except Exception:
         logger.exception(
-            "Could not record the security event %s %s for %s %s",
+            "Could not record the security event %s %s for %s %s %s",
             status,
             reason,
-            http_request.method,
-            http_request.path[:_PATH],
+            origin.channel,
+            origin.method,
+            origin.path[:_PATH],
         )
         return None
     if event.pk % PRUNE_EVERY == 0:

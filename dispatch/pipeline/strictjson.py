@@ -19,6 +19,11 @@ class StrictJSONError(ValueError):
     """The text is not one unambiguous JSON value within the limits."""
 
 
+class UnstorableText(StrictJSONError):
+    """A string holds what no database stores: an unpaired surrogate (no encoding writes one), or
+    a NUL character where it is refused (PostgreSQL keeps none in text)."""
+
+
 def _refuse_constant(name: str) -> Any:
     raise StrictJSONError(f"{name} is not JSON; numbers must be finite")
 
@@ -138,12 +143,12 @@ def _check_other(item: Any, depth: int, refuse_nul: bool) -> None:
 
 def _check_text(text: str, refuse_nul: bool) -> None:
     if refuse_nul and "\x00" in text:
-        raise StrictJSONError("a string holds a NUL character (\\u0000)")
+        raise UnstorableText("a string holds a NUL character (\\u0000)")
     if not text.isascii():
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
-            raise StrictJSONError("a string holds an unpaired surrogate") from None
+            raise UnstorableText("a string holds an unpaired surrogate") from None
 
 
 def loads(text: str, *, refuse_nul: bool = False) -> Any:

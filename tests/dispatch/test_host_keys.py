@@ -1,5 +1,7 @@
-"""Agent hosts' Idempotency-Keys are kept their hours and no longer, and a run that lost its key
-commits nothing. (What a host sees of the header is in apis/test_allowance.py.)"""
+"""Agent hosts' Idempotency-Keys are kept their hours and no longer, a run that lost its key
+commits nothing, and an unfinished key is run again by one request at a time, in its first
+request's session. (What a host sees of the header is in apis/test_allowance.py and
+apis/test_unfinished_keys.py.)"""
 
 from __future__ import annotations
 
@@ -17,9 +19,11 @@ from dispatch.errors import IdempotencyKeyInProgress
 from dispatch.host_keys import (
     PRUNE_EVERY,
     TAKE_OVER_AFTER,
+    Answer,
     Claim,
     host_key_answer,
     host_key_claim,
+    host_key_release,
     request_hash,
 )
 from dispatch.models import Agent, AuditRecord, HostIdempotencyKey
@@ -83,7 +87,7 @@ def test_a_longer_retention_keeps_older_keys(
 def test_a_key_within_its_hours_still_gets_its_first_answer(agent: tuple[Agent, str]) -> None:
     answered_key(agent[0], "k", hours_ago=23.9)
 
-    answer = host_key_claim(agent=agent[0], key="k", request_hash="0" * 64)
+    answer = host_key_claim(agent=agent[0], key="k", request_hash="0" * 64, session_id="s-1")
 
     assert not isinstance(answer, Claim)
     assert (answer.status_code, answer.body) == (200, b"{}")
@@ -94,7 +98,7 @@ def test_new_keys_prune_expired_ones_as_they_go(agent: tuple[Agent, str]) -> Non
         answered_key(agent[0], f"old-{n}", hours_ago=25)
 
     claims = [
-        host_key_claim(agent=agent[0], key=f"new-{n}", request_hash="0" * 64)
+        host_key_claim(agent=agent[0], key=f"new-{n}", request_hash="0" * 64, session_id="s-1")
         for n in range(PRUNE_EVERY)
     ]
 
@@ -110,9 +114,10 @@ def test_a_run_whose_key_was_taken_over_commits_nothing(
         agent=agent[0],
         key="k",
         request_hash=same,
+        session_id="s-1",
         now=timezone.now() - TAKE_OVER_AFTER - timedelta(seconds=1),
     )
-    taker = host_key_claim(agent=agent[0], key="k", request_hash=same)
+    taker = host_key_claim(agent=agent[0], key="k", request_hash=same, session_id="s-2")
     assert isinstance(slow, Claim) and isinstance(taker, Claim)
 
     with pytest.raises(IdempotencyKeyInProgress):
@@ -129,6 +134,69 @@ def test_a_run_whose_key_was_taken_over_commits_nothing(
     assert AuditRecord.objects.count() == 0
     row = HostIdempotencyKey.objects.get()
     assert (row.claimed_at, row.completed_at) == (taker.claimed_at, None)
+
+
+def unfinished_key(agent: Agent, key: str, session_id: str) -> HostIdempotencyKey:
+    """A key whose run answered an unknown outcome, which is not final."""
+    at = timezone.now() - timedelta(seconds=2)
+    return HostIdempotencyKey.objects.create(
+        agent=agent,
+        key=key,
+        request_hash="0" * 64,
+        session_id=session_id,
+        unfinished=True,
+        status_code=200,
+        response_body='{"code": "UPSTREAM_UNAVAILABLE", "data": {"outcome": "unknown"}}',
+        created_at=at,
+        claimed_at=at,
+    )
+
+
+def test_of_two_resends_of_an_unfinished_key_one_runs_in_its_session_and_one_waits(
+    agent: tuple[Agent, str],
+) -> None:
+    unfinished_key(agent[0], "k", session_id="before-restart")
+
+    first = host_key_claim(agent=agent[0], key="k", request_hash="0" * 64, session_id="after-1")
+    with pytest.raises(IdempotencyKeyInProgress):
+        host_key_claim(agent=agent[0], key="k", request_hash="0" * 64, session_id="after-2")
+
+    assert isinstance(first, Claim)
+    assert (first.session_id, first.resumed) == ("before-restart", True)
+    row = HostIdempotencyKey.objects.get()
+    assert (row.unfinished, row.claimed_at, row.session_id) == (
+        False,
+        first.claimed_at,
+        "before-restart",
+    )
+
+
+def test_a_resend_that_fails_leaves_the_key_unfinished_in_its_first_session(
+    agent: tuple[Agent, str],
+) -> None:
+    unfinished_key(agent[0], "k", session_id="before-restart")
+    failed = host_key_claim(agent=agent[0], key="k", request_hash="0" * 64, session_id="after-1")
+    assert isinstance(failed, Claim)
+
+    host_key_release(claim=failed)
+    again = host_key_claim(agent=agent[0], key="k", request_hash="0" * 64, session_id="after-2")
+
+    assert isinstance(again, Claim)
+    assert (again.session_id, again.resumed) == ("before-restart", True)
+    assert HostIdempotencyKey.objects.get().session_id == "before-restart"
+
+
+def test_a_final_answer_ends_an_unfinished_key(agent: tuple[Agent, str]) -> None:
+    unfinished_key(agent[0], "k", session_id="before-restart")
+    resumed = host_key_claim(agent=agent[0], key="k", request_hash="0" * 64, session_id="after")
+    assert isinstance(resumed, Claim)
+
+    host_key_answer(claim=resumed, status_code=200, body=b'{"code": "OK"}')
+    answer = host_key_claim(agent=agent[0], key="k", request_hash="0" * 64, session_id="later")
+
+    assert answer == Answer(200, b'{"code": "OK"}')
+    row = HostIdempotencyKey.objects.get()
+    assert (row.unfinished, row.completed_at is not None) == (False, True)
 
 
 def test_the_settings_refuse_to_keep_keys_less_than_a_day() -> None:

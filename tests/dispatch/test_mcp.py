@@ -9,6 +9,7 @@ PostgreSQL (SQLite's test database lives in this process's memory).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -32,7 +33,14 @@ from mcp.client.streamable_http import streamable_http_client
 from pytest_django.fixtures import Settings
 
 from dispatch import mcp
-from dispatch.models import Agent, AuditRecord, CallChannel, Confirmation, Session
+from dispatch.models import (
+    Agent,
+    AuditRecord,
+    CallChannel,
+    Confirmation,
+    SecurityEvent,
+    Session,
+)
 from dispatch.services import token_hash
 from orders.tools import GetOrderArguments, RefundOrderArguments
 from tests.conftest import Ledger, MakeAgent, Run, require_service
@@ -316,20 +324,102 @@ def test_a_call_without_a_customer_is_refused_and_nothing_is_dispatched(
     assert ledger.state() == (0, 0)
 
 
+def test_a_call_without_a_customer_is_a_security_event_of_the_mcp_channel(
+    connect: Connect, token: str, ledger: Ledger
+) -> None:
+    async def refund(client: Client) -> Any:
+        return await client.call_tool("refund_order", REFUND)
+
+    drive(connect, refund, token, customer=None)
+
+    event = SecurityEvent.objects.get()
+    assert (event.channel, event.status, event.reason, event.agent) == (
+        CallChannel.MCP,
+        400,
+        "customer_missing",
+        agent_of(token),
+    )
+    assert (event.method, event.path) in {("tools/call", "stdio"), ("POST", mcp.HTTP_PATH)}
+    assert "gave no customer" in event.detail
+    assert ledger.state() == (0, 0)
+
+
+def test_a_nul_in_the_arguments_is_a_pipeline_rejection_with_its_audit_record(
+    connect: Connect, token: str, ledger: Ledger
+) -> None:
+    async def refund(client: Client) -> Any:
+        return await client.call_tool("refund_order", {**REFUND, "reason": "damaged\u0000"})
+
+    result = drive(connect, refund, token)
+
+    assert result.structured_content["code"] == "INVALID_JSON"
+    [record] = audit(agent_of(token))
+    assert (record.code, record.channel) == ("INVALID_JSON", CallChannel.MCP)
+    assert "damaged\\u0000" in record.raw_arguments
+    assert ledger.state() == (0, 0)
+
+
 # Transport by transport -------------------------------------------------------------------------
 
 
+PROTOCOL_VERSION = "2025-06-18"
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
     "params": {
-        "protocolVersion": "2025-06-18",
+        "protocolVersion": PROTOCOL_VERSION,
         "capabilities": {},
         "clientInfo": {"name": "test", "version": "0"},
     },
 }
 ACCEPT = {"Accept": "application/json, text/event-stream"}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+# 1.00 and then 49.00: a reader that keeps the last of two keys refunds 49.00, and an audit of
+# the parsed arguments shows only that.
+KEY_TWICE = (
+    '{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "refund_order", '
+    '"arguments": {"order_id": "ORD-1001", "amount_cents": 100, "amount_cents": 4900, '
+    '"currency": "BRL", "reason": "damaged"}}}'
+)
+
+
+# 80.00 where minor units are due: written as money, which the message's hint must follow.
+MONEY_WRITTEN = (
+    '{"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "refund_order", '
+    '"arguments": {"order_id": "ORD-1001", "amount_cents": 80.00, "currency": "BRL", '
+    '"reason": "damaged"}}}'
+)
+# What the API answers for the same arguments (tests/dispatch/pipeline/test_messages.py).
+MONEY_HINT = "80.00 is not an integer (send an integer in minor units, such as 8000 for 80.00)"
+
+
+def rpc_answer(response: requests.Response) -> dict[str, Any]:
+    """The JSON-RPC answer of a response, sent as JSON or as the last server-sent event."""
+    assert response.status_code == 200, response.text
+    if response.headers["Content-Type"].startswith("text/event-stream"):
+        events = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+        answer: dict[str, Any] = json.loads(events[-1])
+        return answer
+    return dict(response.json())
+
+
+def assert_refused_as_a_key_twice(answer: dict[str, Any]) -> None:
+    assert answer["id"] == 7
+    assert answer["error"]["code"] == -32700
+    assert "key 'amount_cents' appears more than once" in answer["error"]["message"]
+    assert answer["error"]["data"]["code"] == "malformed_message"
+
+
+def assert_recorded_as_a_key_twice(token: str, method: str, path: str) -> None:
+    event = SecurityEvent.objects.get()
+    assert (event.channel, event.status, event.reason, event.agent) == (
+        CallChannel.MCP,
+        400,
+        "malformed_message",
+        agent_of(token),
+    )
+    assert (event.method, event.path) == (method, path)
 
 
 def test_over_http_a_missing_or_wrong_token_is_answered_401(mcp_url: str, token: str) -> None:
@@ -377,6 +467,122 @@ def test_over_http_the_agents_requests_are_throttled_as_on_the_api(
     assert [a.status_code for a in answers] == [200, 200, 429]
     assert answers[2].json()["error"]["code"] == "throttled"
     assert int(answers[2].headers["Retry-After"]) > 0
+
+
+def test_over_http_refused_tokens_are_security_events_of_the_mcp_channel(
+    mcp_url: str, token: str
+) -> None:
+    bare = "tg_without_a_policy_0123456789"
+    Agent.objects.create(name="no-policy", token_prefix=bare[:10], token_hash=token_hash(bare))
+
+    for authorization in (None, f"Token {token}x", f"Token {bare}"):
+        headers = {**ACCEPT, **({"Authorization": authorization} if authorization else {})}
+        requests.post(mcp_url, json=INITIALIZE, headers=headers, timeout=30)
+
+    events = SecurityEvent.objects.order_by("pk")
+    assert [(e.status, e.reason) for e in events] == [
+        (401, "not_authenticated"),
+        (401, "authentication_failed"),
+        (403, "permission_denied"),
+    ]
+    assert {(e.channel, e.method, e.path, e.client_address) for e in events} == {
+        (CallChannel.MCP, "POST", mcp.HTTP_PATH, "127.0.0.1")
+    }
+    assert events[2].agent == agent_of(bare)
+
+
+def test_over_http_the_hosts_refusals_are_security_events_of_the_mcp_channel(
+    mcp_url: str, token: str, ledger: Ledger
+) -> None:
+    over_http = http_connect(mcp_url)
+
+    async def read(client: Client) -> Any:
+        return await client.call_tool("get_order", {"order_id": "ORD-1001"})
+
+    drive(over_http, read, token, customer="CUS 1")
+    drive(over_http, read, token, session=None, mode="auto")
+    drive(over_http, read, token, session="conv-9", customer="CUS-1")
+    drive(over_http, read, token, session="conv-9", customer="CUS-2")
+
+    events = SecurityEvent.objects.order_by("pk")
+    assert [(e.status, e.reason) for e in events] == [
+        (400, "customer_invalid"),
+        (400, "session_missing"),
+        (409, "session_conflict"),
+    ]
+    assert {(e.channel, e.agent) for e in events} == {(CallChannel.MCP, agent_of(token))}
+    assert [r.customer_id for r in audit(agent_of(token))] == ["CUS-1"]
+
+
+def http_session(url: str, token: str) -> dict[str, str]:
+    """The headers of an MCP session opened over HTTP by hand, as a client opens one."""
+    headers = {**ACCEPT, "Authorization": f"Token {token}", mcp.CUSTOMER_HEADER: "CUS-1"}
+    opened = requests.post(url, json=INITIALIZE, headers=headers, timeout=30)
+    assert opened.status_code == 200, opened.text
+    headers |= {
+        mcp.MCP_SESSION_HEADER: opened.headers[mcp.MCP_SESSION_HEADER],
+        "MCP-Protocol-Version": PROTOCOL_VERSION,
+    }
+    requests.post(url, json=INITIALIZED, headers=headers, timeout=30)
+    return headers
+
+
+def test_over_http_a_message_with_a_key_twice_is_refused_before_any_tool(
+    mcp_url: str, token: str, ledger: Ledger
+) -> None:
+    headers = http_session(mcp_url, token)
+
+    response = requests.post(
+        mcp_url,
+        data=KEY_TWICE.encode(),
+        headers={**headers, "Content-Type": "application/json"},
+        timeout=30,
+    )
+
+    assert response.status_code == 400
+    assert response.headers["Content-Type"] == "application/json"
+    assert_refused_as_a_key_twice(response.json())
+    assert audit(agent_of(token)) == []
+    assert ledger.state() == (0, 0)
+    assert_recorded_as_a_key_twice(token, "POST", mcp.HTTP_PATH)
+
+
+def test_over_http_the_arguments_are_read_by_the_apis_parser(
+    mcp_url: str, token: str, ledger: Ledger
+) -> None:
+    headers = http_session(mcp_url, token)
+
+    response = requests.post(
+        mcp_url,
+        data=MONEY_WRITTEN.encode(),
+        headers={**headers, "Content-Type": "application/json"},
+        timeout=30,
+    )
+
+    result = rpc_answer(response)["result"]["structuredContent"]
+    assert result["code"] == "INVALID_ARGUMENTS"
+    assert MONEY_HINT in result["message"]
+    assert ledger.state() == (0, 0)
+
+
+def test_over_http_a_body_over_the_apis_limit_is_a_413(
+    mcp_url: str, token: str, settings: Settings, ledger: Ledger
+) -> None:
+    settings.TOOLGATE_MAX_BODY_BYTES = 1024
+    padded = {**INITIALIZE, "id": 2, "pad": "x" * 1024}
+
+    response = requests.post(
+        mcp_url, json=padded, headers={**ACCEPT, "Authorization": f"Token {token}"}, timeout=30
+    )
+
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
+    event = SecurityEvent.objects.get()
+    assert (event.channel, event.status, event.reason) == (
+        CallChannel.MCP,
+        413,
+        "payload_too_large",
+    )
 
 
 def test_over_http_a_stateless_client_uses_the_hosts_session_header(
@@ -438,6 +644,96 @@ def test_over_stdio_a_missing_or_wrong_token_stops_the_server_with_a_clear_messa
     assert completed.returncode == 1
     assert message in completed.stderr
     assert completed.stdout == ""
+
+
+def test_over_stdio_a_message_line_with_a_key_twice_is_answered_with_a_parse_error(
+    token: str, ledger: Ledger
+) -> None:
+    lines = [json.dumps(INITIALIZE), json.dumps(INITIALIZED), KEY_TWICE]
+
+    completed = subprocess.run(
+        [sys.executable, "manage.py", "mcp_serve", "--customer", "CUS-1"],
+        cwd=ROOT,
+        env=server_env(token),
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    answers = [json.loads(line) for line in completed.stdout.splitlines()]
+    assert [answer["id"] for answer in answers] == [1, 7]
+    assert_refused_as_a_key_twice(answers[1])
+    assert audit(agent_of(token)) == []
+    assert ledger.state() == (0, 0)
+    assert_recorded_as_a_key_twice(token, "tools/call", mcp.STDIO_PATH)
+
+
+def stdio_answer(token: str, lines: list[str], request_id: int) -> dict[str, Any]:
+    """Write the lines to a stdio server and read its answers up to the one to `request_id`;
+    stdin stays open until then, since a call still running when it ends is dropped."""
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "mcp_serve", "--customer", "CUS-1"],
+        cwd=ROOT,
+        env=server_env(token),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    watchdog = threading.Timer(120, server.kill)
+    watchdog.start()
+    try:
+        assert server.stdin is not None and server.stdout is not None
+        server.stdin.write("\n".join(lines) + "\n")
+        server.stdin.flush()
+        for line in server.stdout:
+            answer: dict[str, Any] = json.loads(line)
+            if answer.get("id") == request_id:
+                server.stdin.close()
+                server.wait(timeout=60)
+                return answer
+        raise AssertionError(f"the server ended without answering {request_id}")
+    finally:
+        watchdog.cancel()
+        if server.poll() is None:
+            server.kill()
+            server.wait(timeout=30)
+
+
+def test_over_stdio_the_arguments_are_read_by_the_apis_parser(token: str, ledger: Ledger) -> None:
+    lines = [json.dumps(INITIALIZE), json.dumps(INITIALIZED), MONEY_WRITTEN]
+
+    answer = stdio_answer(token, lines, request_id=8)
+
+    result = answer["result"]["structuredContent"]
+    assert result["code"] == "INVALID_ARGUMENTS"
+    assert MONEY_HINT in result["message"]
+    assert ledger.state() == (0, 0)
+
+
+def test_over_stdio_a_refused_token_is_a_security_event_of_the_mcp_channel(token: str) -> None:
+    env = server_env(token + "x")
+
+    completed = subprocess.run(
+        [sys.executable, "manage.py", "mcp_serve", "--customer", "CUS-1"],
+        cwd=ROOT,
+        env=env,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert completed.returncode == 1
+    event = SecurityEvent.objects.get()
+    assert (event.channel, event.status, event.reason, event.agent) == (
+        CallChannel.MCP,
+        401,
+        "authentication_failed",
+        None,
+    )
+    assert (event.method, event.path, event.client_address) == ("mcp_serve", "stdio", None)
 
 
 def test_over_http_the_customer_is_not_an_option_of_the_server(run: Run) -> None:

@@ -17,8 +17,8 @@ from django.test import Client, RequestFactory
 from django.utils import timezone
 from pytest_django import Settings
 
-from dispatch.models import Agent, SecurityEvent
-from dispatch.security import PRUNE_EVERY, security_event_record
+from dispatch.models import Agent, CallChannel, SecurityEvent
+from dispatch.security import PRUNE_EVERY, api_origin, security_event_record
 from dispatch.services import token_hash
 from tests.conftest import AgentClient, ClientFor, Ledger, Run
 
@@ -119,7 +119,8 @@ def test_a_refused_request_is_recorded_as_a_security_event(
     assert response.status_code == status, response.text
     event = SecurityEvent.objects.get()
     assert (event.status, event.reason, event.agent) == (status, reason, agent)
-    assert (event.method, event.path, event.client_address) == (
+    assert (event.channel, event.method, event.path, event.client_address) == (
+        CallChannel.API,
         "POST",
         "/api/v1/calls",
         "127.0.0.1",
@@ -171,6 +172,16 @@ def test_long_paths_and_messages_are_clipped(client_for: ClientFor, api: AgentCl
     assert len(malformed.detail) == 200
 
 
+def test_it_records_a_refusal_whose_path_holds_a_nul_with_the_nul_escaped(
+    client_for: ClientFor,
+) -> None:
+    response = client_for(None).get("/api/v1/sessions/s%00/calls")
+
+    assert response.status_code == 401
+    event = SecurityEvent.objects.get()
+    assert (event.status, event.path) == (401, "/api/v1/sessions/s\\u0000/calls")
+
+
 def test_a_refusal_that_cannot_be_recorded_is_still_answered(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -195,7 +206,11 @@ def _record(n: int) -> list[SecurityEvent | None]:
     request = RequestFactory().post("/api/v1/calls", REMOTE_ADDR="198.51.100.1")
     return [
         security_event_record(
-            request=request, status=401, reason="authentication_failed", detail=""
+            origin=api_origin(request),
+            agent=None,
+            status=401,
+            reason="authentication_failed",
+            detail="",
         )
         for _ in range(n)
     ]
@@ -305,6 +320,25 @@ def test_security_events_are_listed_and_filtered_read_only_in_the_admin(
     stuffing.refresh_from_db()
     assert stuffing.reason == "authentication_failed"
     assert SecurityEvent.objects.filter(pk=switching.pk).exists()
+
+
+def test_the_admin_shows_and_filters_each_events_channel(admin_client: Client) -> None:
+    for channel, address in ((CallChannel.API, "203.0.113.7"), (CallChannel.MCP, "198.51.100.1")):
+        SecurityEvent.objects.create(
+            at=timezone.now(),
+            channel=channel,
+            client_address=address,
+            method="POST",
+            path="/mcp" if channel == CallChannel.MCP else "/api/v1/calls",
+            status=401,
+            reason="authentication_failed",
+        )
+
+    listed = admin_client.get("/admin/dispatch/securityevent/")
+    over_mcp = admin_client.get("/admin/dispatch/securityevent/", {"channel__exact": "mcp"})
+
+    assert b"Channel" in listed.content and b">MCP<" in listed.content
+    assert b"198.51.100.1" in over_mcp.content and b"203.0.113.7" not in over_mcp.content
 
 
 def test_managers_see_security_events_and_reviewers_do_not(run: Run, client: Client) -> None:

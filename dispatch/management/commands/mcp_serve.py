@@ -11,7 +11,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dispatch import mcp
 from dispatch.envelopes import CUSTOMER_ID_PATTERN
+from dispatch.models import Agent
+from dispatch.security import security_event_record
 from dispatch.services import agent_authenticate
+
+# What a refusal at the start of a stdio server records for its method: no message was read yet.
+START_METHOD = "mcp_serve"
 
 
 class Command(BaseCommand):
@@ -54,22 +59,49 @@ class Command(BaseCommand):
             return
         token = os.environ.get(mcp.TOKEN_VARIABLE, "")
         if not token:
-            raise CommandError(f"Set {mcp.TOKEN_VARIABLE} to the agent's token.")
+            raise _refused(
+                None, 401, "not_authenticated", f"Set {mcp.TOKEN_VARIABLE} to the agent's token."
+            )
         agent = agent_authenticate(token)
         if agent is None:
-            raise CommandError(
+            raise _refused(
+                None,
+                401,
+                "authentication_failed",
                 f"{mcp.TOKEN_VARIABLE} is not the token of an active agent (invalid token, or "
-                "the agent is disabled)."
+                "the agent is disabled).",
             )
         if agent.current_policy_id is None:
-            raise CommandError("This agent has no policy yet; an operator must give it one.")
+            raise _refused(
+                agent,
+                403,
+                "permission_denied",
+                "This agent has no policy yet; an operator must give it one.",
+            )
         customer = options["customer"]
         if customer is not None and not re.fullmatch(CUSTOMER_ID_PATTERN, customer):
-            raise CommandError("--customer: ASCII letters, digits, . _ : -, up to 64 characters.")
-        anyio.run(mcp.serve_stdio, mcp.stdio_host(token, customer))
+            raise _refused(
+                agent,
+                400,
+                "customer_invalid",
+                "--customer: ASCII letters, digits, . _ : -, up to 64 characters.",
+            )
+        anyio.run(mcp.serve_stdio, token, customer)
 
     def _serve_http(self, host: str, port: int) -> None:
         import uvicorn
 
         self.stderr.write(f"MCP over streamable HTTP at http://{host}:{port}{mcp.HTTP_PATH}")
         uvicorn.run(mcp.http_app(host=host), host=host, port=port, log_level="warning")
+
+
+def _refused(agent: Agent | None, status: int, reason: str, message: str) -> CommandError:
+    """A stdio server refused at its start, recorded as the API records its refusals."""
+    security_event_record(
+        origin=mcp.stdio_origin(START_METHOD),
+        agent=agent,
+        status=status,
+        reason=reason,
+        detail=message,
+    )
+    return CommandError(message)

@@ -10,7 +10,14 @@ import pytest
 import requests
 from pytest_django import Settings
 
-from dispatch.models import Agent, AuditRecord, Session
+from dispatch.models import (
+    Agent,
+    AuditRecord,
+    Confirmation,
+    HostIdempotencyKey,
+    SecurityEvent,
+    Session,
+)
 from dispatch.services import token_hash
 from tests.conftest import AgentClient, ClientFor, Ledger, MakeAgent
 
@@ -98,6 +105,47 @@ def test_a_malformed_envelope_is_a_400_and_reaches_nothing(
     assert error["code"] == "malformed_envelope"
     assert phrase in error["message"], error["message"]
     assert_nothing_recorded(ledger)
+
+
+UNSTORABLE = {
+    "a NUL": ("\u0000", "a NUL character"),
+    "a lone surrogate": ("\ud800", "an unpaired surrogate"),
+}
+
+
+@pytest.mark.parametrize("field", ["context", "session_id", "customer_id"])
+@pytest.mark.parametrize("text", list(UNSTORABLE), ids=list(UNSTORABLE))
+def test_it_refuses_host_text_no_database_can_store_naming_the_field(
+    api: AgentClient, agent: tuple[Agent, str], ledger: Ledger, field: str, text: str
+) -> None:
+    character, problem = UNSTORABLE[text]
+    # A refund that would be held: its confirmation keeps the context.
+    held = {**REFUND, "amount_cents": 6_000}
+    body = envelope_with(arguments=held, **{field: f"{ENVELOPE.get(field, 'ok')}{character}"})
+
+    response = api.post_body(body, headers={"Idempotency-Key": "key-1"})
+
+    error = error_of(response, 400)
+    assert error["code"] == "malformed_envelope"
+    assert error["message"].startswith(f"{field}: a string holds {problem}"), error["message"]
+    assert "which no database can store" in error["message"]
+    assert_nothing_recorded(ledger)
+    assert Confirmation.objects.count() == HostIdempotencyKey.objects.count() == 0
+    event = SecurityEvent.objects.get()
+    assert (event.status, event.reason, event.agent) == (400, "malformed_envelope", agent[0])
+    assert event.detail.startswith(f"{field}: ")
+
+
+def test_a_lone_surrogate_in_the_arguments_is_refused_naming_them(
+    api: AgentClient, ledger: Ledger
+) -> None:
+    body = envelope_with(arguments={**REFUND, "reason": "damaged\ud800"})
+
+    error = error_of(api.post_body(body), 400)
+
+    assert error["message"].startswith("arguments: a string holds an unpaired surrogate")
+    assert_nothing_recorded(ledger)
+    assert SecurityEvent.objects.get().reason == "malformed_envelope"
 
 
 # 415 -----------------------------------------------------------------------------------------

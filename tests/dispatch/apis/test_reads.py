@@ -231,6 +231,18 @@ def test_another_agents_session_is_a_404_like_a_missing_one(
     assert theirs.json()["error"]["code"] == "not_found"
 
 
+@pytest.mark.parametrize(
+    "path",
+    ["/api/v1/sessions/s%00/calls", "/api/v1/confirmations/c%00"],
+    ids=["a session", "a confirmation"],
+)
+def test_an_id_with_a_nul_is_a_404_like_a_missing_one(api: AgentClient, path: str) -> None:
+    response = api.get(path)
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
 # GET /api/v1/confirmations/{id} --------------------------------------------------------------
 
 
