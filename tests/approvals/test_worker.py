@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,6 +30,7 @@ import redis
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.test import Client
+from django.urls import reverse
 from pytest_django.fixtures import Settings
 
 from approvals.models import ConfirmationEvent, WebhookDelivery, WebhookDeliveryStatus
@@ -44,6 +47,12 @@ from toolgate.celery import app as celery_app
 ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "celery"
 VISIBILITY_TIMEOUT_SECONDS = 2
+# The sweep every second, sending again what no worker took within two; a lease of three seconds.
+OUTBOX = {
+    "TOOLGATE_EXECUTION_SWEEP_SECONDS": "1",
+    "TOOLGATE_EXECUTION_RESEND_SECONDS": "2",
+    "TOOLGATE_EXECUTION_LEASE_SECONDS": "3",
+}
 FINAL = {ConfirmationStatus.EXECUTED, ConfirmationStatus.FAILED, ConfirmationStatus.UNKNOWN}
 
 # A process of their own (`make test` runs them apart): the Celery app's connections and its
@@ -65,7 +74,7 @@ class Worker:
         return self.log.read_text(errors="replace")[-4000:]
 
 
-StartWorker = Callable[[], Worker]
+StartWorker = Callable[..., Worker]
 
 
 def database_url() -> str:
@@ -83,21 +92,87 @@ def database_url() -> str:
     return f"postgres://{credentials}@{host}:{config['PORT'] or 5432}/{quote(config['NAME'])}"
 
 
+@dataclass
+class RedisServer:
+    """A Redis of the test's own, on a free port, which the test may stop and start again."""
+
+    port: int
+    directory: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                *("redis-server", "--port", str(self.port), "--bind", "127.0.0.1"),
+                *("--save", "", "--appendonly", "no", "--dir", str(self.directory)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(self._answers, "the test's Redis to start", timeout=15)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=15)
+
+    def _answers(self) -> bool:
+        try:
+            with redis.Redis(port=self.port, socket_connect_timeout=0.5) as client:
+                return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+
 @pytest.fixture
-def broker(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    require_service(shutil.which("redis-server") is not None, "needs redis-server on the PATH")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = RedisServer(port, tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+def _use_broker(url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Tasks this process enqueues go to Redis for the test, not in-process; an empty queue."""
     # Celery reads CELERY_BROKER_URL from the environment before its own configuration (CI
     # exports one): the test's broker must win there too.
-    monkeypatch.setenv("CELERY_BROKER_URL", redis_url)
-    with redis.Redis.from_url(redis_url) as client:
+    monkeypatch.setenv("CELERY_BROKER_URL", url)
+    with redis.Redis.from_url(url) as client:
         # What an earlier run that was cut short left behind.
         client.delete(QUEUE, "unacked", "unacked_index")
     saved = {key: celery_app.conf[key] for key in ("broker_url", "task_always_eager")}
-    celery_app.close()
-    celery_app.conf.update(broker_url=redis_url, task_always_eager=False)
-    yield redis_url
-    celery_app.close()
+    _forget_connections()
+    celery_app.conf.update(broker_url=url, task_always_eager=False)
+    yield url
+    _forget_connections()
     celery_app.conf.update(saved)
+
+
+def _forget_connections() -> None:
+    """Drop the app's connections and its producers', so that the next broker URL is used: the
+    app's close() forgets the first but not the second."""
+    celery_app.close()
+    amqp = celery_app.__dict__.get("amqp")
+    if amqp is not None:
+        amqp._producer_pool = None
+
+
+@pytest.fixture
+def broker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The machine's Redis (TOOLGATE_TEST_REDIS_URL), or the test's own where it asks for one."""
+    if "own_redis" in request.fixturenames:
+        url = request.getfixturevalue("own_redis").url
+    else:
+        url = request.getfixturevalue("redis_url")
+    yield from _use_broker(url, monkeypatch)
 
 
 @pytest.fixture
@@ -107,7 +182,9 @@ def start_worker(broker: str, transactional_db: None, tmp_path: Path) -> Iterato
     url = database_url()
     workers: list[Worker] = []
 
-    def start() -> Worker:
+    def start(*, beat: bool = False, **settings: str) -> Worker:
+        """A worker; with `beat`, the periodic tasks run in it too; `settings` are more of its
+        environment."""
         log = tmp_path / f"worker-{len(workers)}.log"
         env = {
             **os.environ,
@@ -119,12 +196,14 @@ def start_worker(broker: str, transactional_db: None, tmp_path: Path) -> Iterato
             "DATABASE_URL": url,
             "CELERY_BROKER_URL": broker,
             "CELERY_VISIBILITY_TIMEOUT_SECONDS": str(VISIBILITY_TIMEOUT_SECONDS),
+            **settings,
         }
         command = [
             *(sys.executable, "-m", "celery", "-A", "toolgate", "worker"),
             *("--pool", "solo", "-Q", QUEUE, "--loglevel", "INFO"),
             *("--hostname", f"test-{uuid.uuid4().hex[:8]}@%h"),
             *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+            *(("--beat", "--schedule", str(tmp_path / f"beat-{len(workers)}")) if beat else ()),
         ]
         with log.open("wb") as sink:
             process = subprocess.Popen(
@@ -222,7 +301,7 @@ def test_a_worker_killed_mid_execution_and_started_again_refunds_exactly_once(
     killed: str,
     rows_after_kill: int,
 ) -> None:
-    first = start_worker()
+    first = start_worker(**OUTBOX)
     held = held_refund(6_000)
     url = database_url()
 
@@ -248,7 +327,9 @@ def test_a_worker_killed_mid_execution_and_started_again_refunds_exactly_once(
         order_lock.rollback()
         record_lock.rollback()
     after_kill = (Refund.objects.filter(order=order).count(), status_of(held))
-    start_worker()
+    # Once the dead worker's lease has lapsed, the task delivered again or the beat's resend
+    # takes the execution over.
+    start_worker(beat=True, **OUTBOX)
     wait_until(lambda: status_of(held) in FINAL, "the task to be delivered again and finish")
 
     assert after_kill == (rows_after_kill, ConfirmationStatus.EXECUTING)
@@ -261,7 +342,7 @@ def test_a_worker_killed_mid_execution_and_started_again_refunds_exactly_once(
     kinds = list(
         ConfirmationEvent.objects.filter(confirmation_id=held.pk).values_list("kind", flat=True)
     )
-    assert kinds == ["voted", "approved", "executing", "executed"]
+    assert kinds == ["voted", "approved", "executing", "executing", "executed"]
 
 
 def test_the_worker_retries_a_failed_webhook_with_backoff_until_it_is_delivered(
@@ -295,3 +376,111 @@ def test_the_worker_retries_a_failed_webhook_with_backoff_until_it_is_delivered(
         for request in requests
     )
     assert {json.loads(request.body)["event"] for request in requests} == {"expired"}
+
+
+# The approved row is the outbox: an approval is never lost -------------------------------------
+
+
+
+def events_of(confirmation: Confirmation) -> list[tuple[str, str]]:
+    return list(
+        ConfirmationEvent.objects.filter(confirmation_id=confirmation.pk)
+        .order_by("at", "id")
+        .values_list("kind", "message")
+    )
+
+
+def test_an_approval_made_while_redis_is_down_executes_once_when_it_is_back(
+    own_redis: RedisServer,
+    start_worker: StartWorker,
+    held_refund: HeldRefund,
+    reviewers: list[User],
+    order: Order,
+    settings: Settings,
+) -> None:
+    settings.TOOLGATE_EXECUTION_RESEND_SECONDS = 2
+    held = held_refund(6_000)
+    reviewer = Client()
+    reviewer.force_login(reviewers[0])
+    own_redis.stop()
+
+    answer = reviewer.post(
+        reverse("approvals:approve", args=[held.pk]),
+        {"next": reverse("approvals:detail", args=[held.pk])},
+        follow=True,
+    )
+    while_down = (status_of(held), Refund.objects.filter(order=order).count())
+    own_redis.start()
+    start_worker(beat=True, **OUTBOX)
+    wait_until(lambda: status_of(held) in FINAL, "the approval to execute", timeout=60)
+
+    assert answer.status_code == 200
+    assert "waiting for a worker" in answer.content.decode()
+    assert while_down == (ConfirmationStatus.APPROVED, 0)
+    assert status_of(held) == ConfirmationStatus.EXECUTED
+    assert Refund.objects.filter(order=order).count() == 1
+    kinds = [kind for kind, _ in events_of(held)]
+    assert kinds == ["voted", "approved", "executing", "executed"]
+
+
+def test_an_approval_no_worker_took_is_sent_again_by_the_sweep(
+    own_redis: RedisServer,
+    start_worker: StartWorker,
+    held_refund: HeldRefund,
+    reviewers: list[User],
+    order: Order,
+) -> None:
+    start_worker(beat=True, **OUTBOX)
+    held = held_refund(6_000)
+    # Its task is lost on the way (a broker that lost its data, say).
+    with redis.Redis.from_url(own_redis.url) as client:
+        client.flushdb()
+        own_redis.stop()
+        confirmation_approve(confirmation_id=held.pk, reviewer=reviewers[0])
+        own_redis.start()
+
+    wait_until(lambda: status_of(held) in FINAL, "the sweep to send it again", timeout=60)
+
+    assert status_of(held) == ConfirmationStatus.EXECUTED
+    assert Refund.objects.filter(order=order).count() == 1
+
+
+def test_a_worker_killed_while_executing_loses_its_lease_to_one_other_worker(
+    start_worker: StartWorker,
+    held_refund: HeldRefund,
+    reviewers: list[User],
+    order: Order,
+) -> None:
+    # Redis would hand the unacknowledged task to another worker only after an hour: what
+    # recovers the execution here is the lease.
+    slow_redelivery = {**OUTBOX, "CELERY_VISIBILITY_TIMEOUT_SECONDS": "3600"}
+    first = start_worker(**slow_redelivery)
+    held = held_refund(6_000)
+    url = database_url()
+    with psycopg.connect(url) as order_lock:
+        # The system of record is slow: the worker waits for the order when it is killed.
+        order_lock.execute(
+            "SELECT 1 FROM orders_order WHERE order_id = %s FOR UPDATE", [order.order_id]
+        )
+        confirmation_approve(confirmation_id=held.pk, reviewer=reviewers[0])
+        wait_until(waiting_on_a_lock, "the worker's refund to wait for the order")
+        first.kill()
+        order_lock.rollback()
+    after_kill = status_of(held)
+    start_worker(beat=True, **slow_redelivery)
+    start_worker(**slow_redelivery)
+
+    wait_until(lambda: status_of(held) in FINAL, "another worker to take the lease over", 60)
+
+    assert after_kill == ConfirmationStatus.EXECUTING
+    assert status_of(held) == ConfirmationStatus.EXECUTED
+    assert Refund.objects.filter(order=order).count() == 1
+    events = events_of(held)
+    assert [kind for kind, _ in events] == [
+        "voted",
+        "approved",
+        "executing",
+        "executing",
+        "executed",
+    ]
+    assert events[3][1].startswith("Taken over")
