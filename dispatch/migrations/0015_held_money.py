@@ -7,7 +7,12 @@ from django.db import migrations, models
 
 from dispatch.pipeline.allowance import execution_key
 
-_ON_ITS_WAY = {"pending": "held", "approved": "approved", "executing": "approved", "unknown": "approved"}
+_ON_ITS_WAY = {
+    "pending": "held",
+    "approved": "approved",
+    "executing": "approved",
+    "unknown": "approved",
+}
 
 
 def _reserve_open_confirmations(apps, schema_editor):  # type: ignore[no-untyped-def]
@@ -46,45 +51,58 @@ def _reserve_open_confirmations(apps, schema_editor):  # type: ignore[no-untyped
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('dispatch', '0014_security_event_channel_host_key_session'),
+        ("dispatch", "0014_security_event_channel_host_key_session"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='confirmation',
-            name='duplicate_of',
-            field=models.CharField(blank=True, default='', max_length=64),
+            model_name="confirmation",
+            name="duplicate_of",
+            field=models.CharField(blank=True, default="", max_length=64),
         ),
         migrations.AddField(
-            model_name='confirmation',
-            name='execution_sent_at',
+            model_name="confirmation",
+            name="execution_sent_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='confirmation',
-            name='lease_expires_at',
+            model_name="confirmation",
+            name="lease_expires_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='movement',
-            name='confirmation_id',
-            field=models.CharField(blank=True, default='', max_length=32),
+            model_name="movement",
+            name="confirmation_id",
+            field=models.CharField(blank=True, default="", max_length=32),
         ),
         migrations.AddField(
-            model_name='movement',
-            name='expires_at',
+            model_name="movement",
+            name="expires_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name='movement',
-            name='approval',
-            field=models.CharField(choices=[('policy', 'Policy'), ('reviewer', 'Reviewer'), ('held', 'Held'), ('approved', 'Approved')], max_length=16),
+            model_name="movement",
+            name="approval",
+            field=models.CharField(
+                choices=[
+                    ("policy", "Policy"),
+                    ("reviewer", "Reviewer"),
+                    ("held", "Held"),
+                    ("approved", "Approved"),
+                ],
+                max_length=16,
+            ),
         ),
         migrations.AddIndex(
-            model_name='movement',
-            index=models.Index(condition=models.Q(('approval__in', ['held', 'approved']), ('released_at__isnull', True)), fields=['customer_id', 'currency'], name='movement_on_its_way_idx'),
+            model_name="movement",
+            index=models.Index(
+                condition=models.Q(
+                    ("approval__in", ["held", "approved"]), ("released_at__isnull", True)
+                ),
+                fields=["customer_id", "currency"],
+                name="movement_on_its_way_idx",
+            ),
         ),
         migrations.RunPython(_reserve_open_confirmations, migrations.RunPython.noop),
     ]

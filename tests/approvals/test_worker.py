@@ -381,7 +381,6 @@ def test_the_worker_retries_a_failed_webhook_with_backoff_until_it_is_delivered(
 # The approved row is the outbox: an approval is never lost -------------------------------------
 
 
-
 def events_of(confirmation: Confirmation) -> list[tuple[str, str]]:
     return list(
         ConfirmationEvent.objects.filter(confirmation_id=confirmation.pk)
