@@ -140,6 +140,9 @@ class WebhookDelivery(models.Model):
     last_error = models.CharField(max_length=500, blank=True, default="")
     created_at = models.DateTimeField()
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # When its next attempt is due, while it is pending: its task is sent for that moment. One
+    # found well past it lost its task (the broker was down), and the sweep sends it again.
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connections, transaction
@@ -427,7 +428,7 @@ def execution_send(*, confirmation_id: str) -> bool:
     # Imported here: the tasks import the services, and only call them.
     from approvals.tasks import confirmation_execute_task
 
-    if confirmation_execute_task.app.conf.task_always_eager:
+    if current_app.conf.task_always_eager:
         confirmation_execute_task.delay(confirmation_id)
         return True
     try:

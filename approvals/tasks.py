@@ -12,6 +12,7 @@ from approvals.services import (
     confirmations_expire_due,
     executions_resend_due,
 )
+from approvals.webhooks import webhooks_resend_due
 
 
 # acks_late: a task whose worker dies mid-way is delivered again (after the broker's visibility
@@ -32,6 +33,7 @@ def executions_resend_task() -> int:
 
 
 @worker_ready.connect
-def executions_resend_at_start(**_: Any) -> None:
+def outbox_resend_at_start(**_: Any) -> None:
     # A worker that starts (after the broker or the workers were down) sends what waits.
     executions_resend_due()
+    webhooks_resend_due()

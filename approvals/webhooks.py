@@ -17,7 +17,7 @@ import hmac
 import json
 import logging
 import time
-from functools import partial
+from datetime import datetime, timedelta
 from typing import Any
 
 import urllib3
@@ -72,6 +72,7 @@ def webhook_enqueue(*, confirmation: Confirmation, event: str) -> None:
     """
     if event not in WEBHOOK_EVENTS:
         raise ValueError(f"not a webhook event: {event!r}")
+    now = timezone.now()
     url = Agent.objects.filter(pk=confirmation.agent_id).values_list("webhook_url", flat=True)
     webhook_url = url.first()
     if not webhook_url:
@@ -81,11 +82,21 @@ def webhook_enqueue(*, confirmation: Confirmation, event: str) -> None:
         event=event,
         url=webhook_url,
         payload={"event": event, "confirmation": confirmation_state(confirmation)},
-        created_at=timezone.now(),
+        created_at=now,
+        next_attempt_at=now,
     )
     # Robust: a broker that is away must not undo or fail the decision that already committed;
-    # the delivery stays pending, and `manage.py webhook_resend` sends it again.
-    transaction.on_commit(partial(webhook_deliver_task.delay, delivery.pk), robust=True)
+    # the delivery stays pending, and the sweep (webhooks_resend_due) sends it again.
+    _send_after_commit(delivery.pk)
+
+
+def _send_after_commit(delivery_id: int) -> None:
+    def send_delivery() -> None:
+        webhook_deliver_task.delay(delivery_id)
+
+    # A named function, not a partial: Django words a robust callback's failure by its
+    # __qualname__, which a partial lacks (the failure would then escape after all).
+    transaction.on_commit(send_delivery, robust=True)
 
 
 def _host_header(target: WebhookTarget) -> str:
@@ -180,8 +191,14 @@ def webhook_deliver(*, delivery_id: int, last_attempt: bool = False) -> WebhookD
     }
     if not error:
         changes.update(status=WebhookDeliveryStatus.DELIVERED, delivered_at=now)
+        changes.update(next_attempt_at=None)
     elif last_attempt or delivery.attempts + 1 >= settings.TOOLGATE_WEBHOOK_MAX_ATTEMPTS:
-        changes.update(status=WebhookDeliveryStatus.FAILED)
+        changes.update(status=WebhookDeliveryStatus.FAILED, next_attempt_at=None)
+    else:
+        # Its task retries itself then (webhook_deliver_task): in flight until that moment.
+        changes.update(
+            next_attempt_at=now + timedelta(seconds=webhook_retry_delay(delivery.attempts + 1))
+        )
     if error:
         logger.warning(
             "Webhook delivery %s (%s of %s) attempt %s failed: %s",
@@ -206,13 +223,49 @@ def webhooks_resend(*, include_failed: bool = False) -> int:
     broker: receivers drop the repeat by its delivery id."""
     if include_failed:
         WebhookDelivery.objects.filter(status=WebhookDeliveryStatus.FAILED).update(
-            status=WebhookDeliveryStatus.PENDING, attempts=0
+            status=WebhookDeliveryStatus.PENDING, attempts=0, next_attempt_at=timezone.now()
         )
     pending = WebhookDelivery.objects.filter(status=WebhookDeliveryStatus.PENDING)
     ids = list(pending.order_by("created_at", "id").values_list("pk", flat=True))
     for delivery_id in ids:
-        transaction.on_commit(partial(webhook_deliver_task.delay, delivery_id), robust=True)
+        _send_after_commit(delivery_id)
     return len(ids)
+
+
+def webhooks_resend_due(*, now: datetime | None = None) -> int:
+    """Send again the pending deliveries whose next attempt was due more than
+    TOOLGATE_EXECUTION_RESEND_SECONDS ago: their task was lost (the broker was down when it was
+    sent, or lost it). A delivery whose retry waits in the broker is not due yet, and is left to
+    its own retry chain. How many were sent; the beat runs it, and every worker as it starts."""
+    now = now or timezone.now()
+    lost_before = now - timedelta(seconds=settings.TOOLGATE_EXECUTION_RESEND_SECONDS)
+    due = WebhookDelivery.objects.filter(
+        status=WebhookDeliveryStatus.PENDING, next_attempt_at__lte=lost_before
+    ).order_by("next_attempt_at", "id")
+    sent = 0
+    for delivery_id, due_at in list(due.values_list("pk", "next_attempt_at")[:RESEND_BATCH]):
+        # Claimed by moving its due time: a sweep running at the same time sends it once.
+        claimed = WebhookDelivery.objects.filter(
+            pk=delivery_id, status=WebhookDeliveryStatus.PENDING, next_attempt_at=due_at
+        ).update(next_attempt_at=now)
+        if not claimed:
+            continue
+        try:
+            webhook_deliver_task.delay(delivery_id)
+        except Exception as exc:
+            logger.warning("Could not send webhook delivery %s again: %s", delivery_id, exc)
+            break  # the broker is still away: the next round tries again
+        sent += 1
+    return sent
+
+
+# How many deliveries one sweep sends at most; the rest wait for the next round.
+RESEND_BATCH = 500
+
+
+@shared_task(ignore_result=True)
+def webhooks_resend_task() -> int:
+    return webhooks_resend_due()
 
 
 @shared_task(bind=True, acks_late=True, ignore_result=True)

@@ -26,7 +26,7 @@ from approvals.services import (
     confirmation_expire,
     confirmation_reject,
 )
-from dispatch.models import Agent, Confirmation, IdempotencyRecord
+from dispatch.models import Agent, Confirmation, IdempotencyRecord, Movement
 from dispatch.services import call_dispatch
 from orders.services import gateway_faults_set
 
@@ -196,6 +196,8 @@ def demo_only_move_expiry(confirmation: Confirmation, expires_at: Any) -> None:
     IdempotencyRecord.objects.filter(key=confirmation.key).update(
         confirmation_expires_at=expires_at
     )
+    # Its money, held, counts until the same moment.
+    Movement.objects.filter(key=confirmation.execution_key).update(expires_at=expires_at)
     confirmation.expires_at = expires_at
 
 

@@ -7,6 +7,7 @@ import json
 import re
 import socket
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from approvals.webhooks import (
     webhook_enqueue,
     webhook_retry_delay,
     webhooks_resend,
+    webhooks_resend_due,
 )
 from dispatch.models import Agent, Confirmation
 from dispatch.selectors import confirmation_state
@@ -392,3 +394,47 @@ def test_a_decision_and_its_execution_reach_the_agents_webhook(
     executed = json.loads(webhook_receiver.received[-1].body)["confirmation"]
     assert executed["status"] == "executed"
     assert executed["result"]["ok"] is True
+
+
+def test_the_sweep_sends_again_a_delivery_whose_task_was_lost(
+    hooked: tuple[Agent, str],
+    webhook_receiver: WebhookReceiver,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    agent, _ = hooked
+    confirmation = refund_held_for(agent)
+    # Its task never left: the broker was away when the decision committed.
+    with django_capture_on_commit_callbacks(execute=False), transaction.atomic():
+        webhook_enqueue(confirmation=confirmation, event="rejected")
+    delivery = WebhookDelivery.objects.get()
+
+    soon = webhooks_resend_due(now=delivery.created_at + timedelta(seconds=10))
+    later = webhooks_resend_due(now=delivery.created_at + timedelta(minutes=2))
+
+    assert (soon, later) == (0, 1)
+    assert len(webhook_receiver.received) == 1
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.next_attempt_at) == (WebhookDeliveryStatus.DELIVERED, None)
+
+
+def test_the_sweep_leaves_a_delivery_waiting_for_its_retry_to_its_own_chain(
+    hooked: tuple[Agent, str],
+    webhook_receiver: WebhookReceiver,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    agent, _ = hooked
+    confirmation = refund_held_for(agent)
+    webhook_receiver.answers.append(503)
+    with django_capture_on_commit_callbacks(execute=False), transaction.atomic():
+        webhook_enqueue(confirmation=confirmation, event="rejected")
+    # The worker's first attempt fails; its task will retry after the backoff.
+    delivery = webhook_deliver(delivery_id=WebhookDelivery.objects.get().pk)
+    assert delivery is not None and delivery.status == WebhookDeliveryStatus.PENDING
+    assert delivery.next_attempt_at is not None and delivery.last_attempt_at is not None
+    retry_due = delivery.next_attempt_at
+
+    while_waiting = webhooks_resend_due(now=retry_due)
+
+    assert retry_due > delivery.last_attempt_at
+    assert while_waiting == 0
+    assert len(webhook_receiver.received) == 1

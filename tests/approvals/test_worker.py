@@ -393,11 +393,16 @@ def test_an_approval_made_while_redis_is_down_executes_once_when_it_is_back(
     own_redis: RedisServer,
     start_worker: StartWorker,
     held_refund: HeldRefund,
+    holding_agent: Agent,
     reviewers: list[User],
     order: Order,
+    webhook_receiver: WebhookReceiver,
     settings: Settings,
 ) -> None:
     settings.TOOLGATE_EXECUTION_RESEND_SECONDS = 2
+    settings.DEBUG = True
+    settings.TOOLGATE_WEBHOOK_ALLOW_PRIVATE = True
+    agent_webhook_set(agent=holding_agent, url=webhook_receiver.url)
     held = held_refund(6_000)
     reviewer = Client()
     reviewer.force_login(reviewers[0])
@@ -420,6 +425,12 @@ def test_an_approval_made_while_redis_is_down_executes_once_when_it_is_back(
     assert Refund.objects.filter(order=order).count() == 1
     kinds = [kind for kind, _ in events_of(held)]
     assert kinds == ["voted", "approved", "executing", "executed"]
+    # The agent's webhook hears of the approval, whose task was lost, and of the execution.
+    received = webhook_receiver.wait_for(2, timeout=30)
+    assert sorted(json.loads(request.body)["event"] for request in received) == [
+        "approved",
+        "executed",
+    ]
 
 
 def test_an_approval_no_worker_took_is_sent_again_by_the_sweep(

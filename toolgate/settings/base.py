@@ -200,6 +200,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "approvals.tasks.executions_resend_task",
         "schedule": env.float("TOOLGATE_EXECUTION_SWEEP_SECONDS", default=20.0),
     },
+    # So are webhook deliveries whose task was lost; one waiting for its retry is left alone.
+    "resend-webhooks": {
+        "task": "approvals.webhooks.webhooks_resend_task",
+        "schedule": env.float("TOOLGATE_EXECUTION_SWEEP_SECONDS", default=20.0),
+    },
 }
 # An approved confirmation is the outbox of its execution: not claimed by a worker this long after
 # its approval (or its last sending), it is sent again. A worker holds the one it executes under a

@@ -150,7 +150,10 @@ def test_the_reviewers_decisions_are_described_with_their_authentication(
         "cookieAuth",
     }
     assert {"200", "401", "403", "404", "409"} <= set(approve["responses"])
-    assert "requestBody" not in approve
+    # The body is optional: {"separate": true} approves a possible duplicate as a separate one.
+    separate = served["components"]["schemas"]["ApproveRequest"]["properties"]["separate"]
+    assert separate["type"] == "boolean" and separate["default"] is False
+    assert approve["requestBody"].get("required", False) is False
     reason = served["components"]["schemas"]["RejectRequest"]
     assert reason["required"] == ["reason"]
     assert set(reject["requestBody"]["content"]) == {"application/json"}

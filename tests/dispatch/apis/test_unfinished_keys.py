@@ -77,8 +77,12 @@ def test_it_finishes_a_refund_whose_outcome_was_unknown_when_resent_from_a_new_s
 def test_it_completes_a_refund_answered_internal_error_when_its_connections_were_terminated(
     api: AgentClient, ledger: Ledger
 ) -> None:
-    # A held refund of another session opens the connections a refund reserves its money on.
-    assert api.refund(6_000, session="earlier")["code"] == "CONFIRMATION_REQUIRED"
+    # A refund of another customer opens the connections a refund reserves its money on (one
+    # of the same customer would count in the sum of the refund after it).
+    earlier = api.refund(
+        2_000, order_id="ORD-1002", currency="USD", customer="CUS-2", session="earlier"
+    )
+    assert earlier["code"] == "OK"
     terminate_the_other_connections()
     failed = answer_of(keyed_refund(api, "key-1", session="before-restart"))
     assert failed["code"] == "INTERNAL_ERROR"
@@ -89,7 +93,8 @@ def test_it_completes_a_refund_answered_internal_error_when_its_connections_were
     assert sessions_of_the_refunds() == ["earlier", "before-restart", "before-restart"]
     assert HostIdempotencyKey.objects.get().response_body == finished.text
     assert ledger.state() == (1, 1_000)
-    assert ledger.rows() == 1
+    assert ledger.state("ORD-1002") == (1, 2_000)
+    assert ledger.rows() == 2
 
 
 def terminate_the_other_connections() -> None:
