@@ -169,6 +169,9 @@ class DuplicateNote:
 
     summary: str
     twin_id: str = ""
+    # Whether approving it takes the reviewer's word that it is a separate one (it was held as a
+    # duplicate, or its twin is approved or executed); the first of twins still waiting does not.
+    needs_word: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +363,13 @@ def _duplicate_note(
     state = TWIN_STATES.get(how, how)
     shown = money(amount, currency) if currency else str(amount)
     when = timezone.localtime(at).strftime("%d %b %H:%M")
+    if not confirmation.duplicate_of and not held.twins_approved:
+        return DuplicateNote(
+            f"The same {shown} on {subject} was sent again from another conversation ({when}) "
+            "and waits too: approving this one makes the other a duplicate.",
+            twin_id,
+            needs_word=False,
+        )
     return DuplicateNote(
         f"It may repeat {shown} on {subject}, {state} in another conversation ({when}). "
         "Approve it only if it is a separate one.",

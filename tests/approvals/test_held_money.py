@@ -17,6 +17,8 @@ import pytest
 import requests
 from django.contrib.auth.models import Group, User
 from django.db import connection, connections
+from django.test import Client
+from django.urls import reverse
 from pytest_django.live_server_helper import LiveServer
 
 from approvals.models import ConfirmationEvent, EventKind, ReviewerLimit
@@ -480,3 +482,43 @@ def test_over_http_a_possible_duplicate_is_a_409_until_the_reviewer_says_separat
     assert moved_before == 3_000
     assert separate.json()["status"] == "executed"
     assert refunded() == 6_000
+
+
+# What the reviewer reads -----------------------------------------------------------------------
+
+
+def test_the_card_says_the_customers_sum_and_the_reviewers_it_needs(
+    make_agent: MakeAgent, orders: list[Order], people: list[User], client: Client
+) -> None:
+    agent = make_agent(auto_approve_below_cents=5_000, two_reviewers_from_cents=10_000)[0]
+    held(refund(agent, orders[0].order_id, 6_000, session="s-1"))
+    second = held(refund(agent, orders[1].order_id, 6_000, session="s-2"))
+    client.force_login(people[0])
+
+    page = client.get(reverse("approvals:detail", args=[second.pk])).content.decode()
+
+    assert (
+        "With R$\xa060,00 already held for this customer in the last 24 hours, the sum is "
+        "R$\xa0120,00: two reviewers." in page
+    )
+
+
+def test_a_possible_duplicate_offers_only_the_deliberate_approval(
+    make_agent: MakeAgent, orders: list[Order], people: list[User], client: Client
+) -> None:
+    agent = make_agent(auto_approve_below_cents=1_000)[0]
+    first = held(refund(agent, orders[0].order_id, 3_000, session="s-1"))
+    twin = held(refund(agent, orders[0].order_id, 3_000, session="s-2"))
+    client.force_login(people[0])
+
+    first_page = client.get(reverse("approvals:detail", args=[first.pk])).content.decode()
+    twin_page = client.get(reverse("approvals:detail", args=[twin.pk])).content.decode()
+    plain = client.post(reverse("approvals:approve", args=[twin.pk]), follow=True)
+
+    assert 'class="approve"' in first_page and "Sent again elsewhere" in first_page
+    assert 'class="approve"' not in twin_page
+    assert 'name="separate" value="yes"' in twin_page
+    assert reverse("approvals:detail", args=[first.pk]) in twin_page
+    assert "It may repeat" in plain.content.decode()
+    assert status(twin) == ConfirmationStatus.PENDING
+    assert refunded() == 0
