@@ -3,7 +3,10 @@ agent, held money until its confirmation lets it go, with the window warmed up b
 
 from __future__ import annotations
 
+import heapq
 import itertools
+import json
+import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,6 +19,7 @@ from dispatch.pipeline.allowance import (
     AllowanceRequest,
 )
 from dispatch.pipeline.policy import Policy
+from dispatch.pipeline.state import AuditEntry
 from dispatch.pipeline.what_if import (
     AUTO_EXECUTED,
     ONE_REVIEWER,
@@ -29,8 +33,9 @@ from dispatch.pipeline.what_if import (
     money_phases,
     policy_replay,
     replay_from,
+    what_if_of,
 )
-from tests.dispatch.pipeline.conftest import default_policy
+from tests.dispatch.pipeline.conftest import Harness, build_harness, default_policy
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -386,3 +391,101 @@ def test_each_call_s_money_is_touched_a_bounded_number_of_times() -> None:
     assert sums.changes <= 4 * len(calls)
     # What it holds is what counts at once: about an hour of calls, never the 20,000.
     assert sums.most_live <= 3 * 60
+
+
+# Against the core itself ---------------------------------------------------------------------
+
+# The codes of the calls a what-if judges again, and the outcome each records (as
+# dispatch.metrics reads them from the audit records).
+RECORDED = {"OK": AUTO_EXECUTED, "CONFIRMATION_REQUIRED": ONE_REVIEWER, "POLICY_LIMIT": REFUSED}
+
+
+def test_the_core_s_own_history_judged_again_under_its_policy_goes_every_way_it_went() -> None:
+    harness = build_harness()
+    customers = [f"CUS-{number}" for number in range(11, 17)]
+    orders = {
+        customer: [f"ORD-{number}{n}" for n in range(3)]
+        for number, customer in enumerate(customers, 7)
+    }
+    for customer, ids in orders.items():
+        for order_id in ids:
+            harness.book.add(order_id, customer, 10**9, "BRL")
+    # Holds for the amount, the sum, a twin and the daily cap; refusals above 7000.
+    policy = default_policy(max_amount_cents=7_000, daily_cap_cents=6_000)
+    rng = random.Random(7)
+    fates: dict[str, tuple[str, datetime]] = {}
+    decisions: list[tuple[datetime, str, bool]] = []
+    sent: list[tuple[str, str, int]] = []
+    kinds: set[str] = set()
+    for step in range(600):
+        harness.clock.now += rng.randint(1, 40) * MINUTE
+        # Reviewers decide at their moment, before the calls that come after it.
+        while decisions and decisions[0][0] <= harness.clock.now:
+            at, confirmation_id, approved = heapq.heappop(decisions)
+            harness.state.held_decided(confirmation_id, approved=approved, at=at)
+            fates[confirmation_id] = ("approved" if approved else "rejected", at)
+        customer = rng.choice(customers)
+        if rng.random() < 0.2 and sent:
+            # A twin: an earlier refund's order and amount, from another session.
+            customer, order, amount = rng.choice(sent)
+        else:
+            order = rng.choice(orders[customer])
+            amount = rng.choice([500, 1_200, 2_500, 4_000, 6_000, 7_500])
+        sent.append((customer, order, amount))
+        result = harness.call(
+            "refund_order",
+            json.dumps(
+                {"order_id": order, "amount_cents": amount, "currency": "BRL", "reason": "damaged"}
+            ),
+            session=f"s-{step}",
+            customer=customer,
+            agent=rng.choice(["agent-1", "agent-1", "agent-2"]),
+            policy=policy,
+        )
+        if result.code == "CONFIRMATION_REQUIRED":
+            kinds.add(result.data["reason"]["kind"])
+            draw = rng.random()
+            if draw < 0.7:
+                # Within the confirmation's hour, or never (it expires).
+                decided_at = harness.clock.now + rng.randint(1, 59) * MINUTE
+                heapq.heappush(decisions, (decided_at, result.data["confirmation_id"], draw < 0.4))
+        elif result.code == "POLICY_LIMIT":
+            kinds.add(REFUSED)
+    since = T0 + (harness.clock.now - T0) / 2
+
+    calls = [_recorded(entry, harness, fates, since) for entry in harness.state.audit]
+    replayed = what_if_of(policy, [past for past in calls if past is not None])
+
+    assert kinds >= {"amount", "window_sum", "possible_duplicate", "agent_daily_cap", REFUSED}
+    assert replayed.calls > 100
+    assert replayed.actual == replayed.draft
+    assert replayed.moves == ()
+
+
+def _recorded(
+    entry: AuditEntry, harness: Harness, fates: dict[str, tuple[str, datetime]], since: datetime
+) -> PastCall | None:
+    """An audit entry as the what-if reads it, with its confirmation's fate."""
+    if entry.replayed or entry.code not in RECORDED or entry.arguments is None:
+        return None
+    outcome, confirmation = RECORDED[entry.code], None
+    if entry.confirmation_id:
+        held = harness.state.confirmations[entry.confirmation_id]
+        status, decided_at = fates.get(entry.confirmation_id, ("pending", None))
+        confirmation = Confirmed(status, held.expires_at, decided_at, None, held.reviewers_required)
+        if held.reviewers_required == 2:
+            outcome = TWO_REVIEWERS
+    return PastCall(
+        entry.at,
+        entry.agent_id,
+        entry.session_id,
+        entry.customer_id,
+        entry.tool,
+        str(entry.arguments["order_id"]),
+        str(entry.arguments["currency"]),
+        int(entry.arguments["amount_cents"]),
+        outcome,
+        entry.call_id,
+        judged=entry.agent_id == "agent-1" and entry.at >= since,
+        confirmation=confirmation,
+    )
