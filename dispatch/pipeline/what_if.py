@@ -27,6 +27,7 @@ written anywhere: the caller gives the calls and gets the tallies.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import heapq
 import itertools
@@ -225,17 +226,6 @@ def money_phases(call: PastCall, outcome: str, window: timedelta) -> tuple[Phase
 
 
 @dataclasses.dataclass(slots=True)
-class _Live:
-    """A call's money while it counts: its phases, and the one it is in."""
-
-    movement: Movement
-    customer: tuple[str, str]
-    twin: tuple[str, str, str, str, int]
-    phases: tuple[Phase, ...]
-    phase: int = 0
-
-
-@dataclasses.dataclass(slots=True)
 class _CustomerSum:
     """One customer's money in one currency that counts now."""
 
@@ -246,15 +236,31 @@ class _CustomerSum:
     live: dict[str, Movement] = dataclasses.field(default_factory=dict)
 
 
-class RunningSums:
-    """The customers' sums as a replay advances through time: each call's money enters once and
-    leaves once, and changes phase at most twice in between, each change a heap push and pop.
+@dataclasses.dataclass(slots=True)
+class _Live:
+    """A call's money while it counts: its phases, the one it is in, and the sums it is in."""
 
-    `changes` counts those entries, phase changes and exits, and `most_live` the most money that
-    counted at once: what a replay costs, and what it holds."""
+    movement: Movement
+    phases: tuple[Phase, ...]
+    sums: _CustomerSum
+    customer: tuple[str, str]
+    twins: dict[str, _Live]
+    twin: tuple[str, str, str, str, int]
+    phase: int = 0
+
+
+class RunningSums:
+    """The customers' sums as a replay advances through time, calls added in time order: each
+    call's money enters once and leaves once, and changes phase at most twice in between.
+
+    Money on its way ends when its confirmation says, kept in a heap by that moment; moved money
+    ends a window after it began, and begins in time order, so a queue keeps it in order of its
+    end. `changes` counts the entries, phase changes and exits, and `most_live` the most money
+    that counted at once: what a replay costs, and what it holds."""
 
     def __init__(self) -> None:
-        self._ends: list[tuple[datetime, bool, int, _Live]] = []
+        self._held_ends: list[tuple[datetime, int, _Live]] = []
+        self._moved_ends: collections.deque[tuple[datetime, _Live]] = collections.deque()
         self._order = itertools.count()
         self._customers: dict[tuple[str, str], _CustomerSum] = {}
         # The live money by customer, currency, tool, subject and amount: a call's twins.
@@ -264,15 +270,26 @@ class RunningSums:
         self.most_live = 0
 
     def advance(self, now: datetime) -> None:
-        """Let every phase that is over by `now` end."""
-        ends = self._ends
-        while ends and (ends[0][0] < now or (ends[0][0] == now and not ends[0][1])):
-            self._next_phase(heapq.heappop(ends)[3])
+        """Let every phase that is over by `now` end: held money at its end, moved money once
+        its end is past (the window still reaches back to it at its end)."""
+        held, moved = self._held_ends, self._moved_ends
+        # Held money first: an execution it ends with begins moved money, which may be over too.
+        while held and held[0][0] <= now:
+            self._next_phase(heapq.heappop(held)[2])
+        while moved and moved[0][0] < now:
+            self._next_phase(moved.popleft()[1])
 
     def add(self, key: str, call: PastCall, phases: tuple[Phase, ...]) -> None:
         """A call's money, from its time, for its phases."""
-        customer = (call.customer_id, call.currency)
         first = phases[0]
+        customer = (call.customer_id, call.currency)
+        sums = self._customers.get(customer)
+        if sums is None:
+            sums = self._customers[customer] = _CustomerSum()
+        twin = (call.customer_id, call.currency, call.tool, call.subject, call.amount_cents)
+        twins = self._twins.get(twin)
+        if twins is None:
+            twins = self._twins[twin] = {}
         movement = Movement(
             key,
             call.agent_id,
@@ -283,16 +300,11 @@ class RunningSums:
             first.at,
             first.approval,
         )
-        live = _Live(
-            movement,
-            customer,
-            (*customer, call.tool, call.subject, call.amount_cents),
-            phases,
-        )
-        self._twins.setdefault(live.twin, {})[key] = live
+        live = twins[key] = _Live(movement, phases, sums, customer, twins, twin)
         self.live += 1
-        self.most_live = max(self.most_live, self.live)
-        self._enter(live)
+        if self.live > self.most_live:
+            self.most_live = self.live
+        self._count(live, first)
 
     def history(self, request: AllowanceRequest, agent_day_cents: int) -> AllowanceHistory:
         """What a call is judged by now: its customer's sum and its twins, as a store gives them."""
@@ -320,12 +332,9 @@ class RunningSums:
             customer_reviewed_cents=customer.reviewed_cents,
         )
 
-    def _enter(self, live: _Live) -> None:
-        phase = live.phases[live.phase]
-        movement = live.movement = live.movement._replace(approval=phase.approval, at=phase.at)
-        sums = self._customers.get(live.customer)
-        if sums is None:
-            sums = self._customers[live.customer] = _CustomerSum()
+    def _count(self, live: _Live, phase: Phase) -> None:
+        """Count a call's money as `phase` says, until its end."""
+        movement, sums = live.movement, live.sums
         sums.cents += movement.amount_cents
         if phase.approval in ON_ITS_WAY:
             sums.held_cents += movement.amount_cents
@@ -333,12 +342,15 @@ class RunningSums:
             sums.reviewed_cents += movement.amount_cents
         sums.live[movement.key] = movement
         self.changes += 1
-        if phase.until is not None:
-            heapq.heappush(self._ends, (phase.until, phase.through, next(self._order), live))
+        if phase.until is None:
+            return
+        if phase.through:
+            self._moved_ends.append((phase.until, live))
+        else:
+            heapq.heappush(self._held_ends, (phase.until, next(self._order), live))
 
     def _next_phase(self, live: _Live) -> None:
-        movement = live.movement
-        sums = self._customers[live.customer]
+        movement, sums = live.movement, live.sums
         sums.cents -= movement.amount_cents
         if movement.approval in ON_ITS_WAY:
             sums.held_cents -= movement.amount_cents
@@ -347,15 +359,16 @@ class RunningSums:
         del sums.live[movement.key]
         live.phase += 1
         if live.phase < len(live.phases):
-            self._enter(live)
+            phase = live.phases[live.phase]
+            live.movement = movement._replace(approval=phase.approval, at=phase.at)
+            self._count(live, phase)
             return
         self.changes += 1
         self.live -= 1
         if not sums.live:
             del self._customers[live.customer]
-        twins = self._twins[live.twin]
-        del twins[movement.key]
-        if not twins:
+        del live.twins[movement.key]
+        if not live.twins:
             del self._twins[live.twin]
 
 
@@ -363,7 +376,7 @@ class _AgentDays:
     """What each agent moved without a human per currency on the UTC day the replay is in."""
 
     def __init__(self) -> None:
-        self.day: date | None = None
+        self.day_ends: datetime | None = None
         self.cents: dict[tuple[str, str], int] = {}
 
     def of(self, agent_id: str, currency: str, at: datetime) -> int:
@@ -377,9 +390,9 @@ class _AgentDays:
 
     def _turn(self, at: datetime) -> None:
         # The replay goes forward in time: a new day forgets the last one.
-        day = _utc_day(at)
-        if day != self.day:
-            self.day, self.cents = day, {}
+        if self.day_ends is None or at >= self.day_ends:
+            midnight = datetime.combine(_utc_day(at), datetime.min.time(), UTC)
+            self.day_ends, self.cents = midnight + timedelta(days=1), {}
 
 
 # The replay ----------------------------------------------------------------------------------
@@ -401,7 +414,7 @@ def policy_replay(
         sums.advance(call.at)
         outcome = call.outcome
         if call.judged:
-            verdict = _judged(policy, call, sums, days)
+            verdict = _judged(policy, window, call, sums, days)
             outcome = verdict.outcome
             yield verdict
         phases = money_phases(call, outcome, window)
@@ -411,7 +424,9 @@ def policy_replay(
             days.add(call)
 
 
-def _judged(policy: Policy, call: PastCall, sums: RunningSums, days: _AgentDays) -> Verdict:
+def _judged(
+    policy: Policy, window: timedelta, call: PastCall, sums: RunningSums, days: _AgentDays
+) -> Verdict:
     if call.amount_cents > policy.max_amount_cents:
         return Verdict(call, REFUSED, OVER_MAXIMUM)
     request = AllowanceRequest(
@@ -424,7 +439,7 @@ def _judged(policy: Policy, call: PastCall, sums: RunningSums, days: _AgentDays)
         call.currency,
         call.amount_cents,
         call.at,
-        call.at - timedelta(seconds=policy.auto_approve_window_seconds),
+        call.at - window,
         policy.daily_cap_cents is not None,
     )
     history = sums.history(request, days.of(call.agent_id, call.currency, call.at))
