@@ -186,7 +186,12 @@ def start_gunicorn(
     log: Path,
     client_side_binding: bool = False,
     port: int = 0,
+    nice: int = 0,
+    env: dict[str, str] | None = None,
+    stderr_to_log: bool = False,
 ) -> Server:
+    """gunicorn on 127.0.0.1; `nice` lowers its CPU priority, `env` adds to its environment, and
+    `stderr_to_log` sends what Django logs (a 503's line, say) to the log rather than here."""
     port = port or free_port()
     command = [
         sys.executable,
@@ -204,9 +209,16 @@ def start_gunicorn(
     if worker_class == "gthread":
         # (gunicorn turns sync workers into gthread ones when given threads.)
         command.append(f"--threads={threads}")
+    stderr = log.open("a") if stderr_to_log else None
     process = subprocess.Popen(
-        command, cwd=ROOT, env=_django_env(database_url, client_side_binding)
+        command,
+        cwd=ROOT,
+        env={**_django_env(database_url, client_side_binding), **(env or {})},
+        stderr=stderr,
+        preexec_fn=(lambda: os.nice(nice)) if nice else None,
     )
+    if stderr is not None:
+        stderr.close()
     return Server(process, port, log)
 
 

@@ -1,0 +1,670 @@
+"""Benchmark (d): the policy what-if at 200,000 audit records, and the agents beside four of them.
+
+A database of its own (`toolgate_bench_what_if` by default, dropped and created by each run,
+migrated with `bench.settings`, production's) holds 30 days of synthetic audit records by COPY:
+200,000 by default, of which 116,000 refunds of three agents (the one asked about sends half) for
+2,000 customers in two currencies, three in four executed without a human, about a fifth held
+(each with its confirmation: executed, rejected, expired, invalidated, failed, unknown or still
+pending, with the decision's and the execution's times), one in twenty refused, and a few
+repeating an earlier refund from another conversation. gunicorn serves it as
+deploy/gunicorn.conf.py does: 3 sync workers, and TOOLGATE_MANAGER_SLOTS (1 by default);
+`--managers-apart` gives the managers a gunicorn of their own (2 sync workers, nice 10).
+
+One load process sends an agent's `get_order` in a closed loop on one keep-alive connection for
+the whole run (new sessions as it goes, within the step budget and the repeat limit), and stamps
+every answer. Meanwhile rounds of three phases, the first two taking turns in order:
+
+- alone: nothing else; the agents' p50 and p99 in it are the baseline;
+- loaded: four managers each ask `GET /api/v1/metrics/what-if` for the 30 days with a draft,
+  again as soon as answered, after Retry-After when told the slots are busy;
+- what-if: one manager asks it a few times in a row, the agents paused: its time.
+
+Targets: the what-if within 2 s, and the agents' p99 while four what-ifs run at most 2x their p99
+alone. Each is judged on the median of the rounds' figures (the machine's speed drifts; rounds
+interleave), with the range of the rounds beside it.
+
+Run: `.venv/bin/python -m bench.what_if [--records 200000] [--rounds 4] [--seconds 10]
+[--slots 1] [--json]`. Needs PostgreSQL at 127.0.0.1:5432 (`--pg-url`) and Redis, where the
+throttle counts (`BENCH_CACHE_URL`, by default redis://127.0.0.1:6379/1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from bench.api.load import Connection
+from bench.api.server import (
+    ROOT,
+    Server,
+    _django_env,
+    create_database,
+    drop_database,
+    start_gunicorn,
+    wait_ready,
+)
+
+TARGET_WHAT_IF_S = 2.0
+TARGET_P99_RATIO = 2.0
+MANAGERS = 4
+DAYS = 30
+REFUND_SHARE = 0.58
+CUSTOMERS = 2_000
+# The agent host's orders (get_order) and customers, apart from the history's.
+HOST_CUSTOMERS, HOST_ORDERS = 8, 12
+# What the draft changes: auto-approve below 100.00 instead of 50.00.
+DRAFT = {"auto_approve_below_cents": "10000"}
+# (status, share) of the held refunds' confirmations.
+FATES = [
+    ("executed", 60),
+    ("rejected", 15),
+    ("expired", 10),
+    ("invalidated", 5),
+    ("failed", 3),
+    ("unknown", 2),
+    ("pending", 5),
+]
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    options = _options(argv)
+    pg_url = options.pg_url.rstrip("/")
+    database_url = f"{pg_url}/{options.database}"
+    load_before = os.getloadavg()
+    server_version = create_database(pg_url, options.database)
+    servers: list[Server] = []
+    try:
+        seeded = _prepare(database_url, options.records)
+        log = Path(tempfile.gettempdir()) / f"bench-what-if-gunicorn-{os.getpid()}.log"
+        env = {"TOOLGATE_MANAGER_SLOTS": str(options.slots)}
+        server = start_gunicorn(
+            database_url,
+            workers=options.workers,
+            worker_class="sync",
+            threads=1,
+            log=log,
+            env=env,
+            stderr_to_log=True,
+        )
+        servers.append(server)
+        managers = server
+        if options.managers_apart:
+            # Web processes of the managers' own, at a lower CPU priority (docs/deploy.md).
+            managers = start_gunicorn(
+                database_url,
+                workers=2,
+                worker_class="sync",
+                threads=1,
+                log=log,
+                env=env,
+                stderr_to_log=True,
+                nice=10,
+            )
+            servers.append(managers)
+        for each in servers:
+            wait_ready(each, seeded["agent_token"])
+        rounds = _run(server, managers, seeded, options)
+    finally:
+        for each in servers:
+            each.stop()
+        if not options.keep_database:
+            drop_database(pg_url, options.database)
+    result = _result(options, seeded, rounds, server_version, load_before)
+    if options.json:
+        print(json.dumps(result, indent=2))
+    elif not options.quiet:
+        _print(result)
+    return result
+
+
+def _options(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bench.what_if", description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000, help="audit records in 30 days")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=10.0, help="per phase alone and loaded")
+    parser.add_argument("--what-ifs", type=int, default=3, help="what-ifs timed alone per round")
+    parser.add_argument("--slots", type=int, default=1, help="TOOLGATE_MANAGER_SLOTS")
+    parser.add_argument("--workers", type=int, default=3, help="gunicorn's sync workers")
+    parser.add_argument(
+        "--managers-apart",
+        action="store_true",
+        help="managers on a gunicorn of their own (2 sync workers, nice 10)",
+    )
+    parser.add_argument("--pg-url", default="postgres://postgres@127.0.0.1:5432")
+    parser.add_argument("--database", default="toolgate_bench_what_if")
+    parser.add_argument("--keep-database", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quiet", action="store_true")
+    return parser.parse_args(argv)
+
+
+# --- the rounds ------------------------------------------------------------------------------
+
+
+def _run(
+    server: Server, managers: Server, seeded: dict[str, Any], options: argparse.Namespace
+) -> dict[str, Any]:
+    agents = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench.what_if",
+            "_agents",
+            str(server.port),
+            seeded["agent_token"],
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert agents.stdout is not None and agents.stdin is not None
+    if agents.stdout.readline().strip() != "ready":
+        raise SystemExit("bench.what_if: the agents' load did not start")
+    path = "/api/v1/metrics/what-if?" + urlencode({**seeded["range"], **DRAFT})
+    head = (
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{managers.port}\r\n"
+        f"Authorization: Token {seeded['manager_token']}\r\nAccept: application/json\r\n\r\n"
+    ).encode()
+    windows: dict[str, list[tuple[int, int]]] = {"alone": [], "loaded": []}
+    what_if: list[dict[str, Any]] = []
+    loaded: list[dict[str, Any]] = []
+    time.sleep(2.0)  # the agents' load warms up
+    try:
+        for number in range(options.rounds):
+            order = ["alone", "loaded"] if number % 2 == 0 else ["loaded", "alone"]
+            for phase in order:
+                begin = time.monotonic_ns()
+                if phase == "loaded":
+                    loaded.append(_managers(managers.port, head, MANAGERS, options.seconds))
+                else:
+                    time.sleep(options.seconds)
+                windows[phase].append((begin, time.monotonic_ns()))
+            # The what-if's own time, with nothing beside it.
+            _command(agents, "pause")
+            what_if.append(_managers(managers.port, head, 1, None, count=options.what_ifs))
+            _command(agents, "resume")
+    finally:
+        agents.stdin.write("stop\n")
+        agents.stdin.flush()
+        out, _ = agents.communicate(timeout=60)
+    stamped = json.loads(out.strip().splitlines()[-1])
+    return {"windows": windows, "agents": stamped, "what_if": what_if, "loaded": loaded}
+
+
+def _command(agents: subprocess.Popen[str], command: str) -> None:
+    assert agents.stdin is not None and agents.stdout is not None
+    agents.stdin.write(command + "\n")
+    agents.stdin.flush()
+    if agents.stdout.readline().strip() != command:
+        raise SystemExit(f"bench.what_if: the agents' load did not {command}")
+
+
+def _managers(
+    port: int, head: bytes, managers: int, seconds: float | None, count: int = 0
+) -> dict[str, Any]:
+    """`managers` threads asking the what-if again as soon as answered (after Retry-After when
+    busy), for `seconds`, or `count` times each."""
+    answers: list[tuple[str, float]] = []
+    lock = threading.Lock()
+    end = time.monotonic() + seconds if seconds is not None else None
+
+    def ask() -> None:
+        connection = Connection(port)
+        asked = 0
+        try:
+            while (end is None and asked < count) or (end is not None and time.monotonic() < end):
+                asked += 1
+                started = time.perf_counter()
+                status, body = connection.exchange(head)
+                took = time.perf_counter() - started
+                outcome = _outcome(status, body)
+                with lock:
+                    answers.append((outcome, took))
+                if outcome == "managers_busy":
+                    time.sleep(2.0 if end is None else min(2.0, max(0.0, end - time.monotonic())))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=ask) for _ in range(managers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    outcomes = Counter(outcome for outcome, _ in answers)
+    answered = sorted(took for outcome, took in answers if outcome == "ok")
+    return {
+        "outcomes": dict(outcomes),
+        "ok_s": answered,
+        "median_s": statistics.median(answered) if answered else None,
+    }
+
+
+def _outcome(status: int, body: bytes) -> str:
+    if status == 200:
+        return "ok"
+    try:
+        return str(json.loads(body)["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {status}"
+
+
+def agents_main(port: int, token: str) -> None:
+    """`python -m bench.what_if _agents PORT TOKEN`: one agent host's get_order in a closed loop,
+    paused and resumed on command (a line on standard input: pause, resume or stop, each
+    acknowledged), then every answer's start (monotonic ns) and latency (us) as JSON."""
+    running, stop = threading.Event(), threading.Event()
+    idle = threading.Event()
+    samples: list[tuple[int, int]] = []
+    unexpected: Counter[str] = Counter()
+    head = (
+        f"POST /api/v1/calls HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Token {token}\r\n"
+        "Content-Type: application/json\r\nAccept: application/json\r\n"
+    ).encode()
+
+    def load() -> None:
+        connection = Connection(port)
+        session = 0
+        try:
+            while not stop.is_set():
+                if not running.is_set():
+                    idle.set()
+                    running.wait(0.1)
+                    continue
+                idle.clear()
+                session += 1
+                customer = session % HOST_CUSTOMERS
+                # Each order once a session: within the step budget and the repeat limit.
+                for order in range(HOST_ORDERS):
+                    body = json.dumps(
+                        {
+                            "session_id": f"bench-host-{os.getpid()}-{session}",
+                            "customer_id": f"CUS-H{customer}",
+                            "tool": "get_order",
+                            "arguments": {"order_id": f"ORD-9{customer:02d}{order:03d}"},
+                        }
+                    ).encode()
+                    request = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+                    started = time.monotonic_ns()
+                    status, answer = connection.exchange(request)
+                    samples.append((started, (time.monotonic_ns() - started) // 1000))
+                    if status != 200 or b'"code":"OK"' not in answer:
+                        unexpected[f"HTTP {status} {answer[:80]!r}"] += 1
+                    if stop.is_set() or not running.is_set():
+                        break
+        finally:
+            connection.close()
+            idle.set()
+
+    running.set()
+    thread = threading.Thread(target=load)
+    thread.start()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "pause":
+            running.clear()
+            idle.wait(30)
+        elif command == "resume":
+            running.set()
+        else:
+            break
+        print(command, flush=True)
+    stop.set()
+    running.set()
+    thread.join()
+    print(json.dumps({"samples": samples, "unexpected": dict(unexpected)}))
+
+
+# --- the figures -----------------------------------------------------------------------------
+
+
+def _percentile(values: Sequence[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
+
+
+def _latencies_ms(samples: list[list[int]], window: tuple[int, int]) -> list[float]:
+    begin, end = window
+    return [latency / 1000 for started, latency in samples if begin <= started < end]
+
+
+def _spread(values: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _result(
+    options: argparse.Namespace,
+    seeded: dict[str, Any],
+    rounds: dict[str, Any],
+    server_version: str,
+    load_before: tuple[float, float, float],
+) -> dict[str, Any]:
+    samples = rounds["agents"]["samples"]
+    per_round = []
+    for alone, loaded, managers, timed in zip(
+        rounds["windows"]["alone"],
+        rounds["windows"]["loaded"],
+        rounds["loaded"],
+        rounds["what_if"],
+        strict=True,
+    ):
+        quiet, busy = _latencies_ms(samples, alone), _latencies_ms(samples, loaded)
+        per_round.append(
+            {
+                "agents_alone": {
+                    "calls": len(quiet),
+                    "p50_ms": _percentile(quiet, 0.5),
+                    "p99_ms": _percentile(quiet, 0.99),
+                },
+                "agents_loaded": {
+                    "calls": len(busy),
+                    "p50_ms": _percentile(busy, 0.5),
+                    "p99_ms": _percentile(busy, 0.99),
+                },
+                "p99_ratio": _percentile(busy, 0.99) / _percentile(quiet, 0.99),
+                "what_if_s": timed["median_s"],
+                "what_ifs_loaded": managers["outcomes"],
+                "what_if_loaded_s": managers["median_s"],
+            }
+        )
+    what_if = _spread([r["what_if_s"] for r in per_round if r["what_if_s"] is not None])
+    ratio = _spread([r["p99_ratio"] for r in per_round])
+    return {
+        "benchmark": "what_if",
+        "records": seeded["records"],
+        "refunds": seeded["refunds"],
+        "judged": seeded["judged"],
+        "slots": options.slots,
+        "workers": options.workers,
+        "managers_apart": options.managers_apart,
+        "rounds": per_round,
+        "what_if_s": what_if,
+        "p99_ratio": ratio,
+        "agents_alone_p99_ms": _spread([r["agents_alone"]["p99_ms"] for r in per_round]),
+        "agents_loaded_p99_ms": _spread([r["agents_loaded"]["p99_ms"] for r in per_round]),
+        "agents_unexpected": rounds["agents"]["unexpected"],
+        "targets": {
+            "what_if_s": TARGET_WHAT_IF_S,
+            "p99_ratio": TARGET_P99_RATIO,
+            "what_if_met": what_if["median"] <= TARGET_WHAT_IF_S,
+            "p99_ratio_met": ratio["median"] <= TARGET_P99_RATIO,
+        },
+        "server": server_version,
+        "load_average": {"before": load_before, "after": os.getloadavg()},
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _print(result: dict[str, Any]) -> None:
+    print(
+        f"(d) the what-if at {result['records']:,} audit records ({result['refunds']:,} refunds, "
+        f"{result['judged']:,} of the agent asked about), {result['workers']} sync workers, "
+        f"{result['slots']} manager slot(s)"
+    )
+    print(
+        f"{'round':>5} {'what-if':>8} {'alone p50/p99':>15} {'loaded p50/p99':>16} "
+        f"{'ratio':>6}  four managers' answers"
+    )
+    for number, figures in enumerate(result["rounds"]):
+        alone, loaded = figures["agents_alone"], figures["agents_loaded"]
+        what_if = figures["what_if_s"]
+        print(
+            f"{number:>5} {'-' if what_if is None else f'{what_if:.2f} s':>8} "
+            f"{alone['p50_ms']:>6.1f}/{alone['p99_ms']:<6.1f}ms "
+            f"{loaded['p50_ms']:>6.1f}/{loaded['p99_ms']:<7.1f}ms "
+            f"{figures['p99_ratio']:>5.2f}x  {figures['what_ifs_loaded']}"
+        )
+    targets = result["targets"]
+    what_if, ratio = result["what_if_s"], result["p99_ratio"]
+    print(
+        f"  what-if: {what_if['median']:.2f} s ({what_if['min']:.2f}-{what_if['max']:.2f}): "
+        f"{'met' if targets['what_if_met'] else 'NOT met'} (within {TARGET_WHAT_IF_S:.0f} s)"
+    )
+    print(
+        f"  agents' p99 beside four what-ifs: {ratio['median']:.2f}x "
+        f"({ratio['min']:.2f}-{ratio['max']:.2f}) of alone: "
+        f"{'met' if targets['p99_ratio_met'] else 'NOT met'} (at most {TARGET_P99_RATIO:.0f}x)"
+    )
+    if result["agents_unexpected"]:
+        print(f"  unexpected agent answers: {result['agents_unexpected']}")
+    print(f"  load average before {result['load_average']['before']}")
+
+
+# --- the database ------------------------------------------------------------------------------
+
+
+def _prepare(database_url: str, records: int) -> dict[str, Any]:
+    """Migrate the bench database and fill it (in a process with Django set up on it)."""
+    env = _django_env(database_url)
+    subprocess.run(
+        [sys.executable, "-m", "django", "migrate", "--no-input", "-v", "0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
+    seeded = subprocess.run(
+        [sys.executable, "-m", "bench.what_if", "_seed", str(records)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, Any] = json.loads(seeded.stdout.strip().splitlines()[-1])
+    return result
+
+
+def seed_main(records: int) -> None:
+    """`python -m bench.what_if _seed RECORDS`: the agents, the host's orders, a manager with a
+    personal token, and 30 days of audit records with their held calls' confirmations."""
+    import django
+
+    django.setup()
+    from django.contrib.auth.models import Group, User
+    from django.db import connection, transaction
+
+    from approvals.reviewers import reviewer_token_create
+    from dispatch.services import agent_create
+    from orders.services import order_create
+
+    with transaction.atomic():
+        agents = [
+            agent_create(
+                name=f"bench-{name}",
+                allowed_tools=["get_order", "refund_order"],
+                max_amount_cents=50_000,
+                auto_approve_below_cents=5_000,
+                two_reviewers_from_cents=30_000,
+            )[0].pk
+            for name in ("asked", "b", "c")
+        ]
+        _, agent_token = agent_create(
+            name="bench-host", allowed_tools=["get_order"], max_amount_cents=50_000
+        )
+        for customer in range(HOST_CUSTOMERS):
+            for order in range(HOST_ORDERS):
+                order_create(
+                    order_id=f"ORD-9{customer:02d}{order:03d}",
+                    customer_id=f"CUS-H{customer}",
+                    total_cents=100_000,
+                    currency="BRL",
+                )
+        manager = User.objects.create_user("bench-manager")
+        manager.groups.add(Group.objects.get_or_create(name="managers")[0])
+        manager_token = reviewer_token_create(user=manager)
+    now = datetime.now(UTC)
+    since = now - timedelta(days=DAYS)
+    counts = _load_history(records, agents, since, now, random.Random(1234))
+    with connection.cursor() as cursor:
+        # Tables just filled by COPY have no statistics yet: the planner would guess.
+        cursor.execute("ANALYZE")
+    print(
+        json.dumps(
+            {
+                "agent_token": agent_token,
+                "manager_token": manager_token,
+                "range": {"agent": agents[0], "since": since.isoformat(), "until": now.isoformat()},
+                "records": records,
+                **counts,
+            }
+        )
+    )
+
+
+def _load_history(
+    records: int, agents: list[int], since: datetime, now: datetime, rng: random.Random
+) -> dict[str, int]:
+    from django.db import connection
+
+    from dispatch.models import Confirmation
+
+    span = (now - since).total_seconds()
+    moments = sorted(since + timedelta(seconds=rng.random() * span) for _ in range(records))
+    statuses = [status for status, _ in FATES]
+    weights = [share for _, share in FATES]
+    audit = io.StringIO()
+    held: list[Confirmation] = []
+    refunds = judged = 0
+    sent: list[tuple[str, str, int]] = []
+    for n, at in enumerate(moments):
+        call_id = f"{n:032x}"
+        # The agent asked about sends half the traffic, the two others a quarter each.
+        agent = agents[0] if rng.random() < 0.5 else rng.choice(agents[1:])
+        customer = f"CUS-{rng.randrange(CUSTOMERS)}"
+        code, confirmation_id = "OK", ""
+        if rng.random() < REFUND_SHARE:
+            refunds += 1
+            judged += agent == agents[0]
+            if sent and rng.random() < 0.03:
+                # A repeat of an earlier refund from another conversation: a possible duplicate.
+                customer, order, amount = rng.choice(sent[-500:])
+            else:
+                order = f"ORD-{rng.randrange(10**6)}"
+                amount = int(rng.lognormvariate(7.6, 0.9)) // 10 * 10 + 10
+            sent.append((customer, order, amount))
+            tool = "refund_order"
+            arguments = {
+                "order_id": order,
+                "amount_cents": amount,
+                "currency": "BRL" if rng.random() < 0.8 else "USD",
+                "reason": "damaged",
+            }
+            draw = rng.random()
+            if amount > 50_000 or draw < 0.05:
+                code = "POLICY_LIMIT"
+            elif amount >= 5_000 or draw < 0.15:
+                code, confirmation_id = "CONFIRMATION_REQUIRED", call_id
+                held.append(_confirmation(call_id, agent, customer, at, arguments, now, rng))
+                held[-1].status = rng.choices(statuses, weights)[0]
+                _decide(held[-1], now, rng)
+        else:
+            tool, arguments = "get_order", {"order_id": f"ORD-{rng.randrange(10**6)}"}
+        text = json.dumps(arguments)
+        audit.write(
+            "\t".join(
+                [
+                    call_id,
+                    at.isoformat(),
+                    str(agent),
+                    f"s-{n}",
+                    customer,
+                    "1",
+                    tool,
+                    text.replace("\\", "\\\\"),
+                    text.replace("\\", "\\\\"),
+                    "",
+                    "t" if code == "OK" else "f",
+                    code,
+                    "a message for the model",
+                    "f",
+                    confirmation_id,
+                    "1",
+                    "2.5",
+                    "api",
+                ]
+            )
+            + "\n"
+        )
+    columns = (
+        "call_id, at, agent_id, session_id, customer_id, step, tool, raw_arguments, arguments, "
+        "key, ok, code, message, replayed, confirmation_id, policy_version, duration_ms, channel"
+    )
+    with (
+        connection.cursor() as cursor,
+        cursor.cursor.copy(f"COPY dispatch_auditrecord ({columns}) FROM STDIN") as copy,
+    ):
+        copy.write(audit.getvalue())
+    Confirmation.objects.bulk_create(held, batch_size=2_000)
+    return {"refunds": refunds, "judged": judged, "held": len(held)}
+
+
+def _confirmation(
+    call_id: str,
+    agent: int,
+    customer: str,
+    at: datetime,
+    arguments: dict[str, Any],
+    now: datetime,
+    rng: random.Random,
+) -> Any:
+    from dispatch.models import Confirmation
+
+    amount = int(arguments["amount_cents"])
+    return Confirmation(
+        id=call_id,
+        key=f"{int(call_id, 16):064x}",
+        tool="refund_order",
+        arguments=arguments,
+        arguments_hash="0" * 64,
+        agent_id=agent,
+        session_id=f"s-{int(call_id, 16)}",
+        customer_id=customer,
+        policy_version=1,
+        reviewers_required=2 if amount >= 30_000 else 1,
+        amount_cents=amount,
+        created_at=at,
+        expires_at=at + timedelta(hours=24),
+    )
+
+
+def _decide(held: Any, now: datetime, rng: random.Random) -> None:
+    """The decision's and the execution's times its status needs: minutes to hours after the
+    hold, before its expiry and before now; expired when its day is over, pending until then."""
+    if held.status in {"pending", "expired"}:
+        held.status = "expired" if held.expires_at <= now else "pending"
+        # The periodic sweep marks it within a minute of its expiry.
+        held.decided_at = (
+            held.expires_at + timedelta(seconds=30) if held.status == "expired" else None
+        )
+        return
+    waited = timedelta(minutes=min(rng.lognormvariate(3.0, 1.1), 23 * 60))
+    held.decided_at = min(held.created_at + waited, now)
+    if held.status in {"executed", "failed", "unknown"}:
+        held.executing_since = held.decided_at
+        held.finished_at = held.decided_at + timedelta(seconds=rng.uniform(0.2, 3))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["_agents"]:
+        agents_main(int(sys.argv[2]), sys.argv[3])
+    elif sys.argv[1:2] == ["_seed"]:
+        seed_main(int(sys.argv[2]))
+    else:
+        main()
