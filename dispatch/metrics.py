@@ -542,12 +542,18 @@ def policy_what_if(
     try:
         # A server-side cursor streams only inside a transaction (outside one, PostgreSQL would
         # keep the whole result to hold it open).
-        with transaction.atomic(), connection.chunked_cursor() as cursor:
-            cursor.execute(statement, params)
-            calls = _past_calls(
-                cursor, agent_id=agent_id, since=since, until=until, deadline=deadline
-            )
-            return what_if_of(draft, calls)
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                # Every row is read: plan for all of them, not for the first few as a cursor
+                # does (an index scan in time order took a quarter longer than a sort).
+                with connection.cursor() as setting:
+                    setting.execute("SELECT set_config('cursor_tuple_fraction', '1', true)")
+            with connection.chunked_cursor() as cursor:
+                cursor.execute(statement, params)
+                calls = _past_calls(
+                    cursor, agent_id=agent_id, since=since, until=until, deadline=deadline
+                )
+                return what_if_of(draft, calls)
     except DatabaseError as error:
         if statement_cancelled(error):
             raise RangeTooHeavy(str(error).strip()) from error
