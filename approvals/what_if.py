@@ -45,7 +45,7 @@ OUTCOME_LABELS = {
 # Why the draft holds or refuses a call, in a manager's words.
 REASON_LABELS = {
     "amount": "amount not below the auto-approve amount",
-    "window_sum": "with earlier auto-approved money in the window, not below it",
+    "window_sum": "with the customer's money moved or on its way in the window, not below it",
     "agent_daily_cap": "over the agent's daily cap",
     "possible_duplicate": "repeats money moved in another conversation",
     "over_maximum": "over the maximum amount",
@@ -54,7 +54,7 @@ FIELD_LABELS = {
     "auto_approve_below_cents": ("Auto-approve below", "minor units, such as 5000 for 50.00"),
     "auto_approve_window_seconds": (
         "Auto-approve window",
-        "seconds over which a customer's auto-approved money adds up",
+        "seconds over which a customer's money moved or on its way adds up",
     ),
     "two_reviewers_from_cents": ("Two reviewers from", "minor units; empty: one is always enough"),
     "max_amount_cents": ("Maximum amount", "minor units; above it a call is refused"),
