@@ -6,9 +6,10 @@ migrated with `bench.settings`, production's) holds 30 days of synthetic audit r
 2,000 customers in two currencies, three in four executed without a human, about a fifth held
 (each with its confirmation: executed, rejected, expired, invalidated, failed, unknown or still
 pending, with the decision's and the execution's times), one in twenty refused, and a few
-repeating an earlier refund from another conversation. gunicorn serves it as
-deploy/gunicorn.conf.py does: 3 sync workers, and TOOLGATE_MANAGER_SLOTS (1 by default);
-`--managers-apart` gives the managers a gunicorn of their own (2 sync workers, nice 10).
+repeating an earlier refund from another conversation. gunicorn serves it as docs/deploy.md
+does: the agents on 3 sync workers, the managers on 2 of their own at nice 10, and
+TOOLGATE_MANAGER_SLOTS (1 by default); `--managers with-agents` serves both from the agents'
+3 workers, to see what the managers' own processes are for.
 
 One load process sends an agent's `get_order` in a closed loop on one keep-alive connection for
 the whole run (new sessions as it goes, within the step budget and the repeat limit), and stamps
@@ -43,11 +44,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from bench.api.cpu import database_backends, machine_cpu, process_cpu
 from bench.api.load import Connection
 from bench.api.server import (
     ROOT,
@@ -103,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         )
         servers.append(server)
         managers = server
-        if options.managers_apart:
+        if options.managers == "apart":
             # Web processes of the managers' own, at a lower CPU priority (docs/deploy.md).
             managers = start_gunicorn(
                 database_url,
@@ -118,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             servers.append(managers)
         for each in servers:
             wait_ready(each, seeded["agent_token"])
-        rounds = _run(server, managers, seeded, options)
+        rounds = _run(servers, seeded, options)
     finally:
         for each in servers:
             each.stop()
@@ -141,9 +144,11 @@ def _options(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--slots", type=int, default=1, help="TOOLGATE_MANAGER_SLOTS")
     parser.add_argument("--workers", type=int, default=3, help="gunicorn's sync workers")
     parser.add_argument(
-        "--managers-apart",
-        action="store_true",
-        help="managers on a gunicorn of their own (2 sync workers, nice 10)",
+        "--managers",
+        choices=["apart", "with-agents"],
+        default="apart",
+        help="the managers on a gunicorn of their own (2 sync workers, nice 10), as "
+        "docs/deploy.md has it, or on the agents' workers",
     )
     parser.add_argument("--pg-url", default="postgres://postgres@127.0.0.1:5432")
     parser.add_argument("--database", default="toolgate_bench_what_if")
@@ -157,8 +162,9 @@ def _options(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _run(
-    server: Server, managers: Server, seeded: dict[str, Any], options: argparse.Namespace
+    servers: Sequence[Server], seeded: dict[str, Any], options: argparse.Namespace
 ) -> dict[str, Any]:
+    server, managers = servers[0], servers[-1]
     agents = subprocess.Popen(
         [
             sys.executable,
@@ -183,6 +189,7 @@ def _run(
         f"Authorization: Token {seeded['manager_token']}\r\nAccept: application/json\r\n\r\n"
     ).encode()
     windows: dict[str, list[tuple[int, int]]] = {"alone": [], "loaded": []}
+    others: dict[str, list[float]] = {"alone": [], "loaded": [], "what_if": []}
     what_if: list[dict[str, Any]] = []
     loaded: list[dict[str, Any]] = []
     time.sleep(2.0)  # the agents' load warms up
@@ -190,22 +197,59 @@ def _run(
         for number in range(options.rounds):
             order = ["alone", "loaded"] if number % 2 == 0 else ["loaded", "alone"]
             for phase in order:
-                begin = time.monotonic_ns()
+                backends = database_backends(options.pg_url.rstrip("/"), options.database)
+                begin, cpu = time.monotonic_ns(), _Cpu.take(servers, backends, agents.pid)
                 if phase == "loaded":
                     loaded.append(_managers(managers.port, head, MANAGERS, options.seconds))
                 else:
                     time.sleep(options.seconds)
                 windows[phase].append((begin, time.monotonic_ns()))
+                others[phase].append(cpu.others_until(servers, backends, agents.pid))
             # The what-if's own time, with nothing beside it.
             _command(agents, "pause")
+            backends = database_backends(options.pg_url.rstrip("/"), options.database)
+            cpu = _Cpu.take(servers, backends, agents.pid)
             what_if.append(_managers(managers.port, head, 1, None, count=options.what_ifs))
+            others["what_if"].append(cpu.others_until(servers, backends, agents.pid))
             _command(agents, "resume")
     finally:
         agents.stdin.write("stop\n")
         agents.stdin.flush()
         out, _ = agents.communicate(timeout=60)
     stamped = json.loads(out.strip().splitlines()[-1])
-    return {"windows": windows, "agents": stamped, "what_if": what_if, "loaded": loaded}
+    return {
+        "windows": windows,
+        "agents": stamped,
+        "what_if": what_if,
+        "loaded": loaded,
+        "others": others,
+    }
+
+
+@dataclass
+class _Cpu:
+    """CPU seconds so far: this run's processes (gunicorn's workers, the bench database's
+    backends, the load processes) and the whole machine's, whose difference is what other work
+    on the machine took, which moves every figure here."""
+
+    ours: float
+    machine: float
+    at: float
+
+    @classmethod
+    def take(cls, servers: Sequence[Server], backends: Sequence[int], agents: int) -> _Cpu:
+        workers = [pid for server in servers for pid in server.workers()]
+        mine = os.times()
+        ours = process_cpu([*workers, *backends, agents]) + mine.user + mine.system
+        return cls(ours, machine_cpu()[0], time.monotonic())
+
+    def others_until(
+        self, servers: Sequence[Server], backends: Sequence[int], agents: int
+    ) -> float:
+        """The cores other work took on average since this sample."""
+        now = _Cpu.take(servers, backends, agents)
+        window = max(now.at - self.at, 1e-9)
+        return max(0.0, (now.machine - self.machine) - (now.ours - self.ours)) / window
 
 
 def _command(agents: subprocess.Popen[str], command: str) -> None:
@@ -358,11 +402,14 @@ def _result(
 ) -> dict[str, Any]:
     samples = rounds["agents"]["samples"]
     per_round = []
-    for alone, loaded, managers, timed in zip(
+    for alone, loaded, managers, timed, other_alone, other_loaded, other_what_if in zip(
         rounds["windows"]["alone"],
         rounds["windows"]["loaded"],
         rounds["loaded"],
         rounds["what_if"],
+        rounds["others"]["alone"],
+        rounds["others"]["loaded"],
+        rounds["others"]["what_if"],
         strict=True,
     ):
         quiet, busy = _latencies_ms(samples, alone), _latencies_ms(samples, loaded)
@@ -382,6 +429,12 @@ def _result(
                 "what_if_s": timed["median_s"],
                 "what_ifs_loaded": managers["outcomes"],
                 "what_if_loaded_s": managers["median_s"],
+                # Cores other work on the machine took meanwhile.
+                "other_cores": {
+                    "alone": other_alone,
+                    "loaded": other_loaded,
+                    "what_if": other_what_if,
+                },
             }
         )
     what_if = _spread([r["what_if_s"] for r in per_round if r["what_if_s"] is not None])
@@ -393,7 +446,7 @@ def _result(
         "judged": seeded["judged"],
         "slots": options.slots,
         "workers": options.workers,
-        "managers_apart": options.managers_apart,
+        "managers": options.managers,
         "rounds": per_round,
         "what_if_s": what_if,
         "p99_ratio": ratio,
@@ -412,15 +465,19 @@ def _result(
     }
 
 
+def _others(cores: dict[str, float]) -> str:
+    return "/".join(f"{cores[phase]:.2f}" for phase in ("what_if", "alone", "loaded"))
+
+
 def _print(result: dict[str, Any]) -> None:
     print(
         f"(d) the what-if at {result['records']:,} audit records ({result['refunds']:,} refunds, "
         f"{result['judged']:,} of the agent asked about), {result['workers']} sync workers, "
-        f"{result['slots']} manager slot(s)"
+        f"{result['slots']} manager slot(s), managers {result['managers']}"
     )
     print(
         f"{'round':>5} {'what-if':>8} {'alone p50/p99':>15} {'loaded p50/p99':>16} "
-        f"{'ratio':>6}  four managers' answers"
+        f"{'ratio':>6}  {'other cores':>14}  four managers' answers"
     )
     for number, figures in enumerate(result["rounds"]):
         alone, loaded = figures["agents_alone"], figures["agents_loaded"]
@@ -429,7 +486,8 @@ def _print(result: dict[str, Any]) -> None:
             f"{number:>5} {'-' if what_if is None else f'{what_if:.2f} s':>8} "
             f"{alone['p50_ms']:>6.1f}/{alone['p99_ms']:<6.1f}ms "
             f"{loaded['p50_ms']:>6.1f}/{loaded['p99_ms']:<7.1f}ms "
-            f"{figures['p99_ratio']:>5.2f}x  {figures['what_ifs_loaded']}"
+            f"{figures['p99_ratio']:>5.2f}x  {_others(figures['other_cores']):>14}  "
+            f"{figures['what_ifs_loaded']}"
         )
     targets = result["targets"]
     what_if, ratio = result["what_if_s"], result["p99_ratio"]
@@ -442,6 +500,7 @@ def _print(result: dict[str, Any]) -> None:
         f"({ratio['min']:.2f}-{ratio['max']:.2f}) of alone: "
         f"{'met' if targets['p99_ratio_met'] else 'NOT met'} (at most {TARGET_P99_RATIO:.0f}x)"
     )
+    print("  other cores: what other work on the machine took, in the what-if/alone/loaded phases")
     if result["agents_unexpected"]:
         print(f"  unexpected agent answers: {result['agents_unexpected']}")
     print(f"  load average before {result['load_average']['before']}")
