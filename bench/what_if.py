@@ -3,28 +3,32 @@
 A database of its own (`toolgate_bench_what_if` by default, dropped and created by each run,
 migrated with `bench.settings`, production's) holds 30 days of synthetic audit records by COPY:
 200,000 by default, of which 116,000 refunds of three agents (the one asked about sends half) for
-2,000 customers in two currencies, three in four executed without a human, about a fifth held
+2,000 customers in two currencies, seven in ten executed without a human, nearly a quarter held
 (each with its confirmation: executed, rejected, expired, invalidated, failed, unknown or still
 pending, with the decision's and the execution's times), one in twenty refused, and a few
 repeating an earlier refund from another conversation. gunicorn serves it as docs/deploy.md
-does: the agents on 3 sync workers, the managers on 2 of their own at nice 10, and
-TOOLGATE_MANAGER_SLOTS (1 by default); `--managers with-agents` serves both from the agents'
-3 workers, to see what the managers' own processes are for.
+does: the agents on 3 sync workers, the managers on 2 of their own at nice 10, with
+TOOLGATE_MANAGER_SLOTS (1 by default).
 
-One load process sends an agent's `get_order` in a closed loop on one keep-alive connection for
-the whole run (new sessions as it goes, within the step budget and the repeat limit), and stamps
-every answer. Meanwhile rounds of three phases, the first two taking turns in order:
+One load process sends an agent's `get_order` 50 times a second on schedule (`--rate`; 0 sends
+each as soon as the last is answered, which keeps about a core busy on its own and so measures
+the machine's saturation more than the agents' wait) on one keep-alive connection for the whole
+run (new sessions as it goes, within the step budget and the repeat limit), and stamps every
+answer. Meanwhile rounds of phases, each round beginning with the next one in turn:
 
 - alone: nothing else; the agents' p50 and p99 in it are the baseline;
-- loaded: four managers each ask `GET /api/v1/metrics/what-if` for the 30 days with a draft,
-  again as soon as answered, after Retry-After when told the slots are busy;
-- what-if: one manager asks it a few times in a row, the agents paused: its time.
+- apart: four managers each ask `GET /api/v1/metrics/what-if` for the 30 days with a draft, on
+  their own processes, again as soon as answered (after Retry-After when the slots are taken);
+- shared (`--no-shared` leaves it out): the same on the agents' workers, to see what the managers'
+  own processes are for;
+
+then one manager asks the what-if a few times in a row, the agents paused: its time.
 
 Targets: the what-if within 2 s, and the agents' p99 while four what-ifs run at most 2x their p99
 alone. Each is judged on the median of the rounds' figures (the machine's speed drifts; rounds
 interleave), with the range of the rounds beside it.
 
-Run: `.venv/bin/python -m bench.what_if [--records 200000] [--rounds 4] [--seconds 10]
+Run: `.venv/bin/python -m bench.what_if [--records 200000] [--rounds 6] [--seconds 8]
 [--slots 1] [--json]`. Needs PostgreSQL at 127.0.0.1:5432 (`--pg-url`) and Redis, where the
 throttle counts (`BENCH_CACHE_URL`, by default redis://127.0.0.1:6379/1).
 """
@@ -95,30 +99,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         seeded = _prepare(database_url, options.records)
         log = Path(tempfile.gettempdir()) / f"bench-what-if-gunicorn-{os.getpid()}.log"
         env = {"TOOLGATE_MANAGER_SLOTS": str(options.slots)}
-        server = start_gunicorn(
-            database_url,
-            workers=options.workers,
-            worker_class="sync",
-            threads=1,
-            log=log,
-            env=env,
-            stderr_to_log=True,
-        )
-        servers.append(server)
-        managers = server
-        if options.managers == "apart":
-            # Web processes of the managers' own, at a lower CPU priority (docs/deploy.md).
-            managers = start_gunicorn(
-                database_url,
-                workers=2,
-                worker_class="sync",
-                threads=1,
-                log=log,
-                env=env,
-                stderr_to_log=True,
-                nice=10,
+        for workers, nice in ((options.workers, 0), (2, 10)):
+            # The agents' web processes, then the managers' own at a lower CPU priority.
+            servers.append(
+                start_gunicorn(
+                    database_url,
+                    workers=workers,
+                    worker_class="sync",
+                    threads=1,
+                    log=log,
+                    env=env,
+                    stderr_to_log=True,
+                    nice=nice,
+                )
             )
-            servers.append(managers)
         for each in servers:
             wait_ready(each, seeded["agent_token"])
         rounds = _run(servers, seeded, options)
@@ -138,17 +132,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 def _options(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench.what_if", description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000, help="audit records in 30 days")
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--seconds", type=float, default=10.0, help="per phase alone and loaded")
+    parser.add_argument("--rounds", type=int, default=6, help="each phase first in two of six")
+    parser.add_argument("--seconds", type=float, default=8.0, help="per phase")
     parser.add_argument("--what-ifs", type=int, default=3, help="what-ifs timed alone per round")
+    parser.add_argument(
+        "--rate", type=float, default=50.0, help="the agent's calls a second (0: back to back)"
+    )
     parser.add_argument("--slots", type=int, default=1, help="TOOLGATE_MANAGER_SLOTS")
     parser.add_argument("--workers", type=int, default=3, help="gunicorn's sync workers")
     parser.add_argument(
-        "--managers",
-        choices=["apart", "with-agents"],
-        default="apart",
-        help="the managers on a gunicorn of their own (2 sync workers, nice 10), as "
-        "docs/deploy.md has it, or on the agents' workers",
+        "--no-shared",
+        dest="shared",
+        action="store_false",
+        help="leave out the phase with the managers on the agents' workers",
     )
     parser.add_argument("--pg-url", default="postgres://postgres@127.0.0.1:5432")
     parser.add_argument("--database", default="toolgate_bench_what_if")
@@ -164,15 +160,16 @@ def _options(argv: Sequence[str] | None) -> argparse.Namespace:
 def _run(
     servers: Sequence[Server], seeded: dict[str, Any], options: argparse.Namespace
 ) -> dict[str, Any]:
-    server, managers = servers[0], servers[-1]
+    agents_server, managers_server = servers
     agents = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "bench.what_if",
             "_agents",
-            str(server.port),
+            str(agents_server.port),
             seeded["agent_token"],
+            str(options.rate),
         ],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -184,32 +181,43 @@ def _run(
     if agents.stdout.readline().strip() != "ready":
         raise SystemExit("bench.what_if: the agents' load did not start")
     path = "/api/v1/metrics/what-if?" + urlencode({**seeded["range"], **DRAFT})
-    head = (
-        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{managers.port}\r\n"
-        f"Authorization: Token {seeded['manager_token']}\r\nAccept: application/json\r\n\r\n"
-    ).encode()
-    windows: dict[str, list[tuple[int, int]]] = {"alone": [], "loaded": []}
-    others: dict[str, list[float]] = {"alone": [], "loaded": [], "what_if": []}
+
+    def head(server: Server) -> bytes:
+        return (
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+            f"Authorization: Token {seeded['manager_token']}\r\nAccept: application/json\r\n\r\n"
+        ).encode()
+
+    # Where four managers ask in each loaded phase: their own processes, the agents' workers.
+    targets = {"apart": managers_server, "shared": agents_server}
+    phases = ["alone", "apart", *(["shared"] if options.shared else [])]
+    windows: dict[str, list[tuple[int, int]]] = {phase: [] for phase in phases}
+    others: dict[str, list[float]] = {phase: [] for phase in [*phases, "what_if"]}
+    managers: dict[str, list[dict[str, Any]]] = {phase: [] for phase in phases[1:]}
     what_if: list[dict[str, Any]] = []
-    loaded: list[dict[str, Any]] = []
     time.sleep(2.0)  # the agents' load warms up
     try:
         for number in range(options.rounds):
-            order = ["alone", "loaded"] if number % 2 == 0 else ["loaded", "alone"]
-            for phase in order:
+            # Each phase first in turn: the machine's drift hits them alike.
+            for phase in phases[number % len(phases) :] + phases[: number % len(phases)]:
                 backends = database_backends(options.pg_url.rstrip("/"), options.database)
                 begin, cpu = time.monotonic_ns(), _Cpu.take(servers, backends, agents.pid)
-                if phase == "loaded":
-                    loaded.append(_managers(managers.port, head, MANAGERS, options.seconds))
-                else:
+                if phase == "alone":
                     time.sleep(options.seconds)
+                else:
+                    server = targets[phase]
+                    asked = _managers(server.port, head(server), MANAGERS, options.seconds)
+                    managers[phase].append(asked)
                 windows[phase].append((begin, time.monotonic_ns()))
                 others[phase].append(cpu.others_until(servers, backends, agents.pid))
             # The what-if's own time, with nothing beside it.
             _command(agents, "pause")
             backends = database_backends(options.pg_url.rstrip("/"), options.database)
             cpu = _Cpu.take(servers, backends, agents.pid)
-            what_if.append(_managers(managers.port, head, 1, None, count=options.what_ifs))
+            timed = _managers(
+                managers_server.port, head(managers_server), 1, None, options.what_ifs
+            )
+            what_if.append(timed)
             others["what_if"].append(cpu.others_until(servers, backends, agents.pid))
             _command(agents, "resume")
     finally:
@@ -218,10 +226,11 @@ def _run(
         out, _ = agents.communicate(timeout=60)
     stamped = json.loads(out.strip().splitlines()[-1])
     return {
+        "phases": phases,
         "windows": windows,
         "agents": stamped,
         "what_if": what_if,
-        "loaded": loaded,
+        "managers": managers,
         "others": others,
     }
 
@@ -309,10 +318,11 @@ def _outcome(status: int, body: bytes) -> str:
         return f"HTTP {status}"
 
 
-def agents_main(port: int, token: str) -> None:
-    """`python -m bench.what_if _agents PORT TOKEN`: one agent host's get_order in a closed loop,
-    paused and resumed on command (a line on standard input: pause, resume or stop, each
-    acknowledged), then every answer's start (monotonic ns) and latency (us) as JSON."""
+def agents_main(port: int, token: str, rate: float) -> None:
+    """`python -m bench.what_if _agents PORT TOKEN RATE`: one agent host's get_order, RATE calls a
+    second on schedule (0: each as soon as the last was answered), paused and resumed on command
+    (a line on standard input: pause, resume or stop, each acknowledged), then every answer's
+    start (monotonic ns) and latency (us) as JSON."""
     running, stop = threading.Event(), threading.Event()
     idle = threading.Event()
     samples: list[tuple[int, int]] = []
@@ -322,9 +332,12 @@ def agents_main(port: int, token: str) -> None:
         "Content-Type: application/json\r\nAccept: application/json\r\n"
     ).encode()
 
+    interval = int(1e9 / rate) if rate > 0 else 0
+
     def load() -> None:
         connection = Connection(port)
         session = 0
+        due = time.monotonic_ns()
         try:
             while not stop.is_set():
                 if not running.is_set():
@@ -345,6 +358,9 @@ def agents_main(port: int, token: str) -> None:
                         }
                     ).encode()
                     request = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+                    # On schedule, never in a burst to catch up: what an agent host sends.
+                    due = max(due + interval, time.monotonic_ns())
+                    time.sleep(max(0, due - time.monotonic_ns()) / 1e9)
                     started = time.monotonic_ns()
                     status, answer = connection.exchange(request)
                     samples.append((started, (time.monotonic_ns() - started) // 1000))
@@ -401,44 +417,34 @@ def _result(
     load_before: tuple[float, float, float],
 ) -> dict[str, Any]:
     samples = rounds["agents"]["samples"]
+    phases = rounds["phases"]
     per_round = []
-    for alone, loaded, managers, timed, other_alone, other_loaded, other_what_if in zip(
-        rounds["windows"]["alone"],
-        rounds["windows"]["loaded"],
-        rounds["loaded"],
-        rounds["what_if"],
-        rounds["others"]["alone"],
-        rounds["others"]["loaded"],
-        rounds["others"]["what_if"],
-        strict=True,
-    ):
-        quiet, busy = _latencies_ms(samples, alone), _latencies_ms(samples, loaded)
+    for number in range(options.rounds):
+        agents = {}
+        for phase in phases:
+            latencies = _latencies_ms(samples, rounds["windows"][phase][number])
+            agents[phase] = {
+                "calls": len(latencies),
+                "p50_ms": _percentile(latencies, 0.5),
+                "p99_ms": _percentile(latencies, 0.99),
+            }
+        alone = agents["alone"]["p99_ms"]
         per_round.append(
             {
-                "agents_alone": {
-                    "calls": len(quiet),
-                    "p50_ms": _percentile(quiet, 0.5),
-                    "p99_ms": _percentile(quiet, 0.99),
+                "agents": agents,
+                "p99_ratio": {phase: agents[phase]["p99_ms"] / alone for phase in phases[1:]},
+                "what_if_s": rounds["what_if"][number]["median_s"],
+                "managers": {
+                    phase: rounds["managers"][phase][number]["outcomes"] for phase in phases[1:]
                 },
-                "agents_loaded": {
-                    "calls": len(busy),
-                    "p50_ms": _percentile(busy, 0.5),
-                    "p99_ms": _percentile(busy, 0.99),
-                },
-                "p99_ratio": _percentile(busy, 0.99) / _percentile(quiet, 0.99),
-                "what_if_s": timed["median_s"],
-                "what_ifs_loaded": managers["outcomes"],
-                "what_if_loaded_s": managers["median_s"],
                 # Cores other work on the machine took meanwhile.
                 "other_cores": {
-                    "alone": other_alone,
-                    "loaded": other_loaded,
-                    "what_if": other_what_if,
+                    phase: rounds["others"][phase][number] for phase in [*phases, "what_if"]
                 },
             }
         )
     what_if = _spread([r["what_if_s"] for r in per_round if r["what_if_s"] is not None])
-    ratio = _spread([r["p99_ratio"] for r in per_round])
+    ratios = {phase: _spread([r["p99_ratio"][phase] for r in per_round]) for phase in phases[1:]}
     return {
         "benchmark": "what_if",
         "records": seeded["records"],
@@ -446,18 +452,19 @@ def _result(
         "judged": seeded["judged"],
         "slots": options.slots,
         "workers": options.workers,
-        "managers": options.managers,
         "rounds": per_round,
         "what_if_s": what_if,
-        "p99_ratio": ratio,
-        "agents_alone_p99_ms": _spread([r["agents_alone"]["p99_ms"] for r in per_round]),
-        "agents_loaded_p99_ms": _spread([r["agents_loaded"]["p99_ms"] for r in per_round]),
+        "p99_ratio": ratios,
+        "agents_p99_ms": {
+            phase: _spread([r["agents"][phase]["p99_ms"] for r in per_round]) for phase in phases
+        },
         "agents_unexpected": rounds["agents"]["unexpected"],
         "targets": {
             "what_if_s": TARGET_WHAT_IF_S,
             "p99_ratio": TARGET_P99_RATIO,
             "what_if_met": what_if["median"] <= TARGET_WHAT_IF_S,
-            "p99_ratio_met": ratio["median"] <= TARGET_P99_RATIO,
+            # Judged as docs/deploy.md deploys it: the managers on their own processes.
+            "p99_ratio_met": ratios["apart"]["median"] <= TARGET_P99_RATIO,
         },
         "server": server_version,
         "load_average": {"before": load_before, "after": os.getloadavg()},
@@ -465,45 +472,59 @@ def _result(
     }
 
 
-def _others(cores: dict[str, float]) -> str:
-    return "/".join(f"{cores[phase]:.2f}" for phase in ("what_if", "alone", "loaded"))
-
-
 def _print(result: dict[str, Any]) -> None:
+    phases = list(result["agents_p99_ms"])
     print(
         f"(d) the what-if at {result['records']:,} audit records ({result['refunds']:,} refunds, "
-        f"{result['judged']:,} of the agent asked about), {result['workers']} sync workers, "
-        f"{result['slots']} manager slot(s), managers {result['managers']}"
+        f"{result['judged']:,} of the agent asked about); the agents on {result['workers']} sync "
+        f"workers, the managers on 2 of their own at nice 10, {result['slots']} slot(s)"
     )
     print(
-        f"{'round':>5} {'what-if':>8} {'alone p50/p99':>15} {'loaded p50/p99':>16} "
-        f"{'ratio':>6}  {'other cores':>14}  four managers' answers"
+        "round  what-if  agents p50/p99 ms: "
+        + "  ".join(f"{phase:>11}" for phase in phases)
+        + "  p99 ratio: "
+        + " ".join(f"{phase:>6}" for phase in phases[1:])
+        + "  other cores"
     )
     for number, figures in enumerate(result["rounds"]):
-        alone, loaded = figures["agents_alone"], figures["agents_loaded"]
+        agents = figures["agents"]
         what_if = figures["what_if_s"]
         print(
-            f"{number:>5} {'-' if what_if is None else f'{what_if:.2f} s':>8} "
-            f"{alone['p50_ms']:>6.1f}/{alone['p99_ms']:<6.1f}ms "
-            f"{loaded['p50_ms']:>6.1f}/{loaded['p99_ms']:<7.1f}ms "
-            f"{figures['p99_ratio']:>5.2f}x  {_others(figures['other_cores']):>14}  "
-            f"{figures['what_ifs_loaded']}"
+            f"{number:>5} {'-' if what_if is None else f'{what_if:.2f} s':>8}                    "
+            + "  ".join(
+                f"{agents[phase]['p50_ms']:>5.1f}/{agents[phase]['p99_ms']:<5.1f}"
+                for phase in phases
+            )
+            + "             "
+            + " ".join(f"{figures['p99_ratio'][phase]:>5.2f}x" for phase in phases[1:])
+            + "  "
+            + "/".join(f"{figures['other_cores'][phase]:.2f}" for phase in [*phases, "what_if"])
         )
     targets = result["targets"]
-    what_if, ratio = result["what_if_s"], result["p99_ratio"]
+    what_if = result["what_if_s"]
     print(
         f"  what-if: {what_if['median']:.2f} s ({what_if['min']:.2f}-{what_if['max']:.2f}): "
         f"{'met' if targets['what_if_met'] else 'NOT met'} (within {TARGET_WHAT_IF_S:.0f} s)"
     )
+    for phase, ratio in result["p99_ratio"].items():
+        where = "their own processes" if phase == "apart" else "the agents' workers"
+        met = "met" if targets["p99_ratio_met"] else "NOT met"
+        judged = (
+            f": {met} (at most {TARGET_P99_RATIO:.0f}x)" if phase == "apart" else " (beside it)"
+        )
+        print(
+            f"  agents' p99 beside four what-ifs on {where}: {ratio['median']:.2f}x "
+            f"({ratio['min']:.2f}-{ratio['max']:.2f}) of alone{judged}"
+        )
     print(
-        f"  agents' p99 beside four what-ifs: {ratio['median']:.2f}x "
-        f"({ratio['min']:.2f}-{ratio['max']:.2f}) of alone: "
-        f"{'met' if targets['p99_ratio_met'] else 'NOT met'} (at most {TARGET_P99_RATIO:.0f}x)"
+        "  other cores: what other work on the machine took, by phase ("
+        + ", ".join([*phases, "what-if"])
+        + ")"
     )
-    print("  other cores: what other work on the machine took, in the what-if/alone/loaded phases")
+    print(f"  four managers' answers: {[r['managers'] for r in result['rounds']]}")
     if result["agents_unexpected"]:
         print(f"  unexpected agent answers: {result['agents_unexpected']}")
-    print(f"  load average before {result['load_average']['before']}")
+    print(f"  load average before {tuple(round(x, 2) for x in result['load_average']['before'])}")
 
 
 # --- the database ------------------------------------------------------------------------------
@@ -722,7 +743,7 @@ def _decide(held: Any, now: datetime, rng: random.Random) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["_agents"]:
-        agents_main(int(sys.argv[2]), sys.argv[3])
+        agents_main(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
     elif sys.argv[1:2] == ["_seed"]:
         seed_main(int(sys.argv[2]))
     else:
