@@ -76,7 +76,7 @@ def too_heavy(exc: BaseException) -> bool:
 def too_heavy_message() -> str:
     return (
         f"This range holds more calls than can be read within "
-        f"{_seconds(budget_seconds())}: ask for a shorter range, or for one agent."
+        f"{_seconds(budget_seconds())}: ask for a shorter range."
     )
 
 
@@ -116,8 +116,9 @@ class ManagerRequestMiddleware:
         if savepoint is None:
             return None
         # A statement that failed leaves the transaction unusable: back to before the view, so
-        # that the answer (which reads the navigation) can be made.
+        # that the answer (which reads the navigation) can be made, and made whatever the bound.
         _undo(savepoint)
+        _statement_timeout_lift()
         if too_heavy(exception):
             return _unavailable(request, "range_too_heavy", too_heavy_message(), retryable=False)
         return None
@@ -182,13 +183,18 @@ def _statement_timeout(seconds: float) -> Iterator[None]:
         return execute(sql, params, many, context)
 
     connection.ensure_connection()
-    raw = connection.connection
-    raw.set_progress_handler(lambda: monotonic() - started[0] > seconds, 10_000)
+    connection.connection.set_progress_handler(lambda: monotonic() - started[0] > seconds, 10_000)
     try:
         with connection.execute_wrapper(note_start):
             yield
     finally:
-        raw.set_progress_handler(None, 0)
+        _statement_timeout_lift()
+
+
+def _statement_timeout_lift() -> None:
+    # On PostgreSQL going back to the savepoint undid it already.
+    if connection.vendor == "sqlite" and connection.connection is not None:
+        connection.connection.set_progress_handler(None, 0)
 
 
 def _undo(savepoint: str) -> None:
@@ -202,8 +208,10 @@ def _busy(request: HttpRequest) -> HttpResponse:
     slots = int(settings.TOOLGATE_MANAGER_SLOTS)
     message = (
         f"Other managers' reports are running (at most {slots} at a time, so that they never "
-        "hold up the agents' calls); send the request again in a moment."
+        "hold up the agents' calls)"
     )
+    if is_api_request(request):
+        message += "; send the request again in a moment."
     response = _unavailable(request, "managers_busy", message, retryable=True)
     response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return response
