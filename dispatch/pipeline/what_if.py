@@ -1,15 +1,16 @@
 """What a draft policy would have done: recorded money-moving calls judged again, in their order,
 by stage 7's own judgement (allowance_judge) and the policy's per-call limit and reviewer count.
 
-The draft judges each call on the same sum the pipeline judges it on (dispatch/pipeline/
-allowance.py): the customer's money in the currency moved or on its way, by any agent. The replay
-reads every money-moving call, of every agent, in the order they arrived, once: the calls it
-judges (one agent's, within the range) go where the draft sends them, and every other call (other
-agents', and those before the range that warm the sums up) counts by what really happened to it.
-Each call's money enters running sums per customer and currency when it is made and leaves them
-when it stops counting, by a heap of those moments; so a replay costs O(n log n) for n calls and
-holds only the money that is live at the moment it has reached. How long each call's money counts,
-and as what (money_phases):
+The draft judges each call on the same sum the pipeline judges it on (allowance.py): the
+customer's money in the currency moved or on its way, by any agent. The replay reads every
+money-moving call, of every agent, in the order they arrived, once: the calls it judges (one
+agent's, within the range) go where the draft sends them, and every other call (other agents',
+and those before the range that warm the sums up) counts by what really happened to it. Each
+call's money enters running sums per customer and currency when it is made and leaves them when
+it stops counting (held money by a heap of those moments, moved money by a queue, as it ends in
+the order it began), and a call's twins are found in an index of that money: a replay costs
+O(n log n) for n calls and holds only the money live at the moment it has reached. How long each
+call's money counts, and as what (money_phases):
 
 - auto-executed (by the draft, or as recorded): moved without a human, for the window from its
   time, and in its agent's UTC day for the daily cap;
@@ -104,7 +105,8 @@ def draft_of(policy: Policy, changes: Mapping[str, int | None]) -> Policy:
 def replay_from(policy: Policy, since: datetime) -> datetime:
     """How far before the range a replay must read for its sums to be whole at `since`: the
     window's money, the held money still waiting for a reviewer (a confirmation lives at most
-    the policy's confirmation time), and the UTC day's money for the daily cap."""
+    the policy's confirmation time), and the UTC day's money for the daily cap. (An approved call
+    whose execution was still unsettled at that moment, older still, is not read: a rare loss.)"""
     back = max(policy.auto_approve_window_seconds, policy.confirmation_ttl_seconds)
     midnight = datetime.combine(_utc_day(since), datetime.min.time(), UTC)
     return min(since - timedelta(seconds=back), midnight)
