@@ -54,14 +54,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from bench.analytics import audit_copy
 from bench.api.cpu import database_backends, machine_cpu, process_cpu
 from bench.api.load import Connection
 from bench.api.server import (
     ROOT,
     Server,
-    _django_env,
     create_database,
     drop_database,
+    migrate,
     start_gunicorn,
     wait_ready,
 )
@@ -532,13 +533,7 @@ def _print(result: dict[str, Any]) -> None:
 
 def _prepare(database_url: str, records: int) -> dict[str, Any]:
     """Migrate the bench database and fill it (in a process with Django set up on it)."""
-    env = _django_env(database_url)
-    subprocess.run(
-        [sys.executable, "-m", "django", "migrate", "--no-input", "-v", "0"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-    )
+    env = migrate(database_url)
     seeded = subprocess.run(
         [sys.executable, "-m", "bench.what_if", "_seed", str(records)],
         cwd=ROOT,
@@ -611,7 +606,6 @@ def seed_main(records: int) -> None:
 def _load_history(
     records: int, agents: list[int], since: datetime, now: datetime, rng: random.Random
 ) -> dict[str, int]:
-    from django.db import connection
 
     from dispatch.models import Confirmation
 
@@ -682,15 +676,7 @@ def _load_history(
             )
             + "\n"
         )
-    columns = (
-        "call_id, at, agent_id, session_id, customer_id, step, tool, raw_arguments, arguments, "
-        "key, ok, code, message, replayed, confirmation_id, policy_version, duration_ms, channel"
-    )
-    with (
-        connection.cursor() as cursor,
-        cursor.cursor.copy(f"COPY dispatch_auditrecord ({columns}) FROM STDIN") as copy,
-    ):
-        copy.write(audit.getvalue())
+    audit_copy(audit.getvalue())
     Confirmation.objects.bulk_create(held, batch_size=2_000)
     return {"refunds": refunds, "judged": judged, "held": len(held)}
 

@@ -96,8 +96,8 @@ def seed_main() -> None:
     print(json.dumps({"token": token}))
 
 
-def prepare(database_url: str) -> str:
-    """Migrate the bench database and seed it; returns the agent's token."""
+def migrate(database_url: str) -> dict[str, str]:
+    """Migrate the bench database; returns the environment its Django commands run in."""
     env = _django_env(database_url)
     subprocess.run(
         [sys.executable, "-m", "django", "migrate", "--no-input", "-v", "0"],
@@ -105,6 +105,12 @@ def prepare(database_url: str) -> str:
         env=env,
         check=True,
     )
+    return env
+
+
+def prepare(database_url: str) -> str:
+    """Migrate the bench database and seed it; returns the agent's token."""
+    env = migrate(database_url)
     seeded = subprocess.run(
         [sys.executable, "-m", "bench.api", "_seed"],
         cwd=ROOT,
