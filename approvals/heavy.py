@@ -198,8 +198,8 @@ def _statement_timeout_lift() -> None:
 
 
 def _undo(savepoint: str) -> None:
-    # A failed statement marks the transaction for rollback; going back to the savepoint makes
-    # it whole again, which clearing the mark then says.
+    # A failed statement marks the transaction for rollback, and Django runs nothing more in it
+    # until the mark is cleared: clear it, and go back to the savepoint, which makes it whole.
     transaction.set_rollback(False)
     transaction.savepoint_rollback(savepoint)
 
