@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from approvals.apis import PersonalTokenAuthentication
-from dispatch.apis import JsonApi
+from approvals.heavy import ManagerApi, manager_deadline
 from dispatch.envelopes import ErrorEnvelope
 from dispatch.metrics import call_figures, confirmation_outcomes, policy_what_if
 from dispatch.models import Agent
@@ -45,7 +45,7 @@ class IsManager(BasePermission):
         )
 
 
-class MetricsApi(JsonApi):
+class MetricsApi(ManagerApi):
     authentication_classes = [SessionAuthentication, PersonalTokenAuthentication]
     permission_classes = [IsManager]
 
@@ -64,6 +64,12 @@ class MetricsApi(JsonApi):
             400: ErrorEnvelope,
             401: ErrorEnvelope,
             403: ErrorEnvelope,
+            503: OpenApiResponse(
+                ErrorEnvelope,
+                description="managers_busy: other reports are running, send it again after "
+                "Retry-After; range_too_heavy: the range cannot be read in time, ask for a "
+                "shorter one",
+            ),
         },
     )
     def get(self, request: Request) -> Response:
@@ -115,7 +121,7 @@ def _moment(text: str | None, name: str) -> datetime | None:
     return moment if timezone.is_aware(moment) else moment.replace(tzinfo=UTC)
 
 
-class PolicyWhatIfApi(JsonApi):
+class PolicyWhatIfApi(ManagerApi):
     authentication_classes = [SessionAuthentication, PersonalTokenAuthentication]
     permission_classes = [IsManager]
 
@@ -150,6 +156,12 @@ class PolicyWhatIfApi(JsonApi):
             400: ErrorEnvelope,
             401: ErrorEnvelope,
             403: ErrorEnvelope,
+            503: OpenApiResponse(
+                ErrorEnvelope,
+                description="managers_busy: other reports are running, send it again after "
+                "Retry-After; range_too_heavy: the range cannot be read in time, ask for a "
+                "shorter one",
+            ),
         },
     )
     def get(self, request: Request) -> Response:
@@ -182,7 +194,13 @@ class PolicyWhatIfApi(JsonApi):
             draft = draft_of(policy, changes)
         except DraftError as error:
             raise ValidationError({error.field: error.message}) from None
-        result = policy_what_if(agent_id=agent.pk, since=since, until=until, draft=draft)
+        result = policy_what_if(
+            agent_id=agent.pk,
+            since=since,
+            until=until,
+            draft=draft,
+            deadline=manager_deadline(request),
+        )
         return Response(
             {
                 "since": since.isoformat(),

@@ -19,8 +19,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from approvals.analytics import RANGES, Scope, managers_only, scope_from
+from approvals.heavy import manager_deadline, too_heavy_message
 from approvals.money import money
-from dispatch.metrics import policy_what_if
+from dispatch.metrics import RangeTooHeavy, policy_what_if
 from dispatch.models import Agent
 from dispatch.pipeline.policy import Policy
 from dispatch.pipeline.what_if import (
@@ -44,7 +45,7 @@ OUTCOME_LABELS = {
 # Why the draft holds or refuses a call, in a manager's words.
 REASON_LABELS = {
     "amount": "amount not below the auto-approve amount",
-    "window_sum": "with earlier auto-approved money in the window, not below it",
+    "window_sum": "with the customer's money moved or on its way in the window, not below it",
     "agent_daily_cap": "over the agent's daily cap",
     "possible_duplicate": "repeats money moved in another conversation",
     "over_maximum": "over the maximum amount",
@@ -53,7 +54,7 @@ FIELD_LABELS = {
     "auto_approve_below_cents": ("Auto-approve below", "minor units, such as 5000 for 50.00"),
     "auto_approve_window_seconds": (
         "Auto-approve window",
-        "seconds over which a customer's auto-approved money adds up",
+        "seconds over which a customer's money moved or on its way adds up",
     ),
     "two_reviewers_from_cents": ("Two reviewers from", "minor units; empty: one is always enough"),
     "max_amount_cents": ("Maximum amount", "minor units; above it a call is refused"),
@@ -181,7 +182,6 @@ def what_if(request: HttpRequest) -> HttpResponse:
     policy = agent.current_policy.snapshot()
     form = DraftForm(request.GET, policy=policy)
     draft = form.draft()
-    result = policy_what_if(agent_id=agent.pk, since=scope.since, until=scope.until, draft=draft)
     context.update(
         scope=scope,
         scope_form=scope_form,
@@ -196,10 +196,20 @@ def what_if(request: HttpRequest) -> HttpResponse:
             for name in DRAFT_FIELDS
         ],
         changed=draft != policy,
-        result=result,
-        rows=_outcome_rows(result),
-        moves=_moves(result),
         since_date=timezone.localtime(scope.since).date().isoformat(),
         until_date=timezone.localtime(scope.until - timedelta(microseconds=1)).date().isoformat(),
     )
+    try:
+        result = policy_what_if(
+            agent_id=agent.pk,
+            since=scope.since,
+            until=scope.until,
+            draft=draft,
+            deadline=manager_deadline(request),
+        )
+    except RangeTooHeavy:
+        # The form stays, with what was asked, and the message takes the table's place.
+        context.update(too_heavy=too_heavy_message())
+        return render(request, "analytics/what_if.html", context, status=503)
+    context.update(result=result, rows=_outcome_rows(result), moves=_moves(result))
     return render(request, "analytics/what_if.html", context)

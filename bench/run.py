@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-# (a) the pipeline core in-process; (b) the API under gunicorn; (c) the manager's figures.
-BENCHMARKS = ("core", "api", "analytics")
+# (a) the pipeline core in-process; (b) the API under gunicorn; (c) the manager's figures;
+# (d) the policy what-if, and the agents beside four of them.
+BENCHMARKS = ("core", "api", "analytics", "what_if")
 
 
 def _importable() -> None:

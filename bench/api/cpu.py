@@ -13,7 +13,7 @@ from bench.api.server import Server
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _process_cpu(pids: Sequence[int]) -> float:
+def process_cpu(pids: Sequence[int]) -> float:
     total = 0.0
     for pid in pids:
         try:
@@ -24,7 +24,7 @@ def _process_cpu(pids: Sequence[int]) -> float:
     return total
 
 
-def _machine_cpu() -> tuple[float, float]:
+def machine_cpu() -> tuple[float, float]:
     """(busy, all) CPU seconds of the whole machine since boot."""
     try:
         values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -53,5 +53,5 @@ class CpuSample:
 
     @classmethod
     def take(cls, server: Server, backends: Sequence[int]) -> CpuSample:
-        busy, everything = _machine_cpu()
-        return cls(_process_cpu(server.workers()), _process_cpu(backends), busy, everything)
+        busy, everything = machine_cpu()
+        return cls(process_cpu(server.workers()), process_cpu(backends), busy, everything)

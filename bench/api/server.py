@@ -96,8 +96,8 @@ def seed_main() -> None:
     print(json.dumps({"token": token}))
 
 
-def prepare(database_url: str) -> str:
-    """Migrate the bench database and seed it; returns the agent's token."""
+def migrate(database_url: str) -> dict[str, str]:
+    """Migrate the bench database; returns the environment its Django commands run in."""
     env = _django_env(database_url)
     subprocess.run(
         [sys.executable, "-m", "django", "migrate", "--no-input", "-v", "0"],
@@ -105,6 +105,12 @@ def prepare(database_url: str) -> str:
         env=env,
         check=True,
     )
+    return env
+
+
+def prepare(database_url: str) -> str:
+    """Migrate the bench database and seed it; returns the agent's token."""
+    env = migrate(database_url)
     seeded = subprocess.run(
         [sys.executable, "-m", "bench.api", "_seed"],
         cwd=ROOT,
@@ -186,7 +192,12 @@ def start_gunicorn(
     log: Path,
     client_side_binding: bool = False,
     port: int = 0,
+    nice: int = 0,
+    env: dict[str, str] | None = None,
+    stderr_to_log: bool = False,
 ) -> Server:
+    """gunicorn on 127.0.0.1; `nice` lowers its CPU priority, `env` adds to its environment, and
+    `stderr_to_log` sends what Django logs (a 503's line, say) to the log rather than here."""
     port = port or free_port()
     command = [
         sys.executable,
@@ -204,9 +215,16 @@ def start_gunicorn(
     if worker_class == "gthread":
         # (gunicorn turns sync workers into gthread ones when given threads.)
         command.append(f"--threads={threads}")
+    stderr = log.open("a") if stderr_to_log else None
     process = subprocess.Popen(
-        command, cwd=ROOT, env=_django_env(database_url, client_side_binding)
+        command,
+        cwd=ROOT,
+        env={**_django_env(database_url, client_side_binding), **(env or {})},
+        stderr=stderr,
+        preexec_fn=(lambda: os.nice(nice)) if nice else None,
     )
+    if stderr is not None:
+        stderr.close()
     return Server(process, port, log)
 
 

@@ -40,6 +40,8 @@ from tests.services import unavailable
 
 # Sync workers, as in production; the slow-client tests open more slow sockets than this.
 WORKERS = 3
+# The managers' own (docs/deploy.md): one runs a report, the other says the slot is taken.
+MANAGER_WORKERS = 2
 
 
 @dataclass
@@ -129,7 +131,21 @@ def site_app(site: Site) -> Iterator[App]:
 
 
 @pytest.fixture(scope="package")
-def site_proxy(site_app: App, site_directory: Path) -> Iterator[Proxy]:
+def site_managers(site_app: App) -> Iterator[App]:
+    """The managers' web processes: a second gunicorn at a lower CPU priority (docs/deploy.md,
+    step 7)."""
+    port = free_port()
+    gunicorn = site_app.site.production.gunicorn(
+        port=port, workers=MANAGER_WORKERS, name="gunicorn-managers", nice=10
+    )
+    try:
+        yield App(site=site_app.site, gunicorn=gunicorn, port=port, workers=MANAGER_WORKERS)
+    finally:
+        gunicorn.stop(signal.SIGINT)
+
+
+@pytest.fixture(scope="package")
+def site_proxy(site_app: App, site_managers: App, site_directory: Path) -> Iterator[Proxy]:
     """nginx in front, terminating TLS with a self-signed certificate made for the purpose."""
     if nginx_binary() is None:
         unavailable("needs nginx (Debian's package: apt-get install nginx)")
@@ -140,6 +156,7 @@ def site_proxy(site_app: App, site_directory: Path) -> Iterator[Proxy]:
         upstream_port=site_app.port,
         https_port=site_app.site.production.https_port,
         static_root=site_app.site.production.static_root,
+        managers_port=site_managers.port,
     )
     try:
         yield proxy

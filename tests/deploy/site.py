@@ -280,14 +280,18 @@ class Production:
             raise RuntimeError(f"manage.py {' '.join(args)}:\n{completed.stdout}{completed.stderr}")
         return completed.stdout
 
-    def gunicorn(self, *, port: int, workers: int) -> Service:
+    def gunicorn(
+        self, *, port: int, workers: int, name: str = "gunicorn", nice: int = 0
+    ) -> Service:
         env = self.env(role=self.database.app)
         env.update(GUNICORN_BIND=f"127.0.0.1:{port}", WEB_CONCURRENCY=str(workers))
+        command = [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONF), "toolgate.wsgi"]
         service = Service(
-            "gunicorn",
-            [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONF), "toolgate.wsgi"],
+            name,
+            # As systemd's Nice= would.
+            ["nice", "-n", str(nice), *command] if nice else command,
             env=env,
-            log=self.directory / "gunicorn.log",
+            log=self.directory / f"{name}.log",
         )
         url = f"http://127.0.0.1:{port}/accounts/login/"
 
@@ -399,8 +403,15 @@ class Proxy:
 
 
 def nginx_start(
-    *, directory: Path, upstream_port: int, https_port: int, static_root: Path
+    *,
+    directory: Path,
+    upstream_port: int,
+    https_port: int,
+    static_root: Path,
+    managers_port: int | None = None,
 ) -> Proxy:
+    """nginx with the site; the managers' pages go to `managers_port` (by default, the same
+    gunicorn as the rest)."""
     binary = nginx_binary()
     assert binary is not None
     certificate, key = self_signed_certificate(directory)
@@ -412,6 +423,7 @@ def nginx_start(
             TOOLGATE_HTTP_LISTEN=f"127.0.0.1:{http_port}",
             TOOLGATE_HTTPS_LISTEN=f"127.0.0.1:{https_port}",
             TOOLGATE_UPSTREAM=f"127.0.0.1:{upstream_port}",
+            TOOLGATE_MANAGERS_UPSTREAM=f"127.0.0.1:{managers_port or upstream_port}",
             TOOLGATE_STATIC_ROOT=str(static_root),
             TOOLGATE_TLS_CERTIFICATE=str(certificate),
             TOOLGATE_TLS_CERTIFICATE_KEY=str(key),

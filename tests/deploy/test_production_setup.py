@@ -120,6 +120,41 @@ def test_an_agent_call_through_nginx_refunds_once(site_app: App, proxy_client: A
     assert database.ledger(order_id) == (1, 1500, 1500)
 
 
+def test_the_managers_pages_reach_their_own_web_processes_and_the_agents_calls_theirs(
+    site_app: App, site_managers: App, proxy_client: AgentClient
+) -> None:
+    probe = secrets.token_hex(8)
+    paths = {
+        "manager_page": f"/analytics/?probe={probe}",
+        "manager_api": f"/api/v1/metrics?probe={probe}",
+        "agent_api": f"/api/v1/codes?probe={probe}",
+    }
+
+    answers = {
+        name: proxy_client.http.get(
+            proxy_client.base_url + path, headers=proxy_client.headers(), allow_redirects=False
+        )
+        for name, path in paths.items()
+    }
+
+    assert answers["manager_page"].status_code == 302  # to the login
+    assert answers["manager_api"].status_code == 403  # an agent's token opens nothing there
+    assert answers["manager_api"].json()["error"]["status"] == 403
+    assert answers["agent_api"].status_code == 200
+    # Each gunicorn writes its access log as it answers.
+    wait_until(
+        lambda: (
+            paths["agent_api"] in site_app.gunicorn.log_tail(200)
+            and paths["manager_api"] in site_managers.gunicorn.log_tail(200)
+        ),
+        what="the access logs",
+    )
+    managers_log, agents_log = site_managers.gunicorn.log_tail(200), site_app.gunicorn.log_tail(200)
+    assert paths["manager_page"] in managers_log and paths["manager_api"] in managers_log
+    assert paths["manager_page"] not in agents_log and paths["manager_api"] not in agents_log
+    assert paths["agent_api"] not in managers_log
+
+
 def test_plain_http_is_sent_to_https(site_proxy: Proxy) -> None:
     response = requests.get(
         f"http://{SERVER_NAME}:{site_proxy.http_port}/admin/login/",

@@ -42,6 +42,7 @@ BAD_READ = {"order_id": 1001}  # INVALID_ARGUMENTS, which the model can fix
 UNKNOWN_ORDER = {"order_id": "ORD-9999"}  # ORDER_NOT_FOUND, which it cannot
 REFUND = {"order_id": "ORD-1001", "currency": "BRL", "reason": "damaged"}
 HELD_REFUND = {**REFUND, "amount_cents": 9_000}
+READS = ("SELECT", "SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")
 BAD_REFUND = {**REFUND, "amount_cents": 90.0}
 
 
@@ -247,7 +248,8 @@ def test_the_what_if_reads_the_records_and_writes_nothing(make_agent: MakeAgent)
         (TWO_REVIEWERS, AUTO_EXECUTED, 1)
     ]
     assert result.moves[0].examples[0].call.session_id == "s-3"
-    assert all(query["sql"].lstrip().upper().startswith("SELECT") for query in queries)
+    # A savepoint (the replay reads in a transaction of its own) writes nothing either.
+    assert all(query["sql"].lstrip().upper().startswith(READS) for query in queries)
 
 
 def test_the_rollups_recovery_is_the_recovery_rate_of_the_records(make_agent: MakeAgent) -> None:

@@ -51,7 +51,7 @@ CALLS = [
 def test_a_replay_judges_past_calls_again_in_their_order() -> None:
     stricter = default_policy(auto_approve_below_cents=4_000)
 
-    verdicts = policy_replay(stricter, reversed(CALLS))
+    verdicts = list(policy_replay(stricter, CALLS))
 
     # 3000 passes; 1500 would make 4500 in the window, not below 4000; 6000 alone is not below;
     # CUS-2 has nothing earlier; 25000 is held for two from 20000.
@@ -62,6 +62,13 @@ def test_a_replay_judges_past_calls_again_in_their_order() -> None:
         ("call-3", AUTO_EXECUTED, ""),
         ("call-4", TWO_REVIEWERS, "amount"),
     ]
+
+
+def test_calls_out_of_their_order_are_refused_rather_than_judged_wrongly() -> None:
+    replay = policy_replay(default_policy(), reversed(CALLS))
+
+    with pytest.raises(ValueError, match="in the order they arrived"):
+        list(replay)
 
 
 def test_the_what_if_tallies_both_sides_and_the_calls_that_move() -> None:
@@ -131,7 +138,7 @@ def test_a_draft_out_of_range_names_the_field() -> None:
 def test_the_window_s_money_counts_toward_two_reviewers_as_in_the_pipeline() -> None:
     calls = [past(0, 4_000, AUTO_EXECUTED), past(1, 17_000, TWO_REVIEWERS)]
 
-    verdicts = policy_replay(default_policy(two_reviewers_from_cents=20_000), calls)
+    verdicts = list(policy_replay(default_policy(two_reviewers_from_cents=20_000), calls))
 
     # 4000 auto-executed, then 17000: alone under 20000, with the window's 4000 it is 21000.
     assert [v.outcome for v in verdicts] == [AUTO_EXECUTED, TWO_REVIEWERS]
