@@ -3,16 +3,22 @@
 simulate_agents' conversations are played in this process rather than over HTTP: each call goes
 through the pipeline (call_dispatch) with the pipeline's clock set to its moment in the past, so
 its audit record, rollups and held confirmation carry that time. The refunds held for a human are
-then decided by the demo reviewers through the approval services, at their decision's time.
-Orders of its own keep the README's orders as they were.
+decided by the demo reviewers through the approval services, at their decision's time, in time
+order with the calls: a call is judged after every decision made before its moment and before
+every one made after, as it would have been, so the customer's sum it saw is the one the
+what-if's replay of the recorded facts sees. Orders of its own keep the README's orders as they
+were.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import math
 import random
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,6 +46,7 @@ SEED = 2026
 CUSTOMERS = 30
 ORDERS = 120
 CURRENCIES = ("BRL", "BRL", "USD", "EUR")
+SESSION_GAP = timedelta(minutes=15)
 # What reviewers do with the held refunds: approve most, reject some, let a few expire.
 APPROVE, REJECT = 0.72, 0.16
 REJECTION_REASONS = (
@@ -52,14 +59,94 @@ REJECTION_REASONS = (
 Say = Callable[[str], None]
 
 
+@dataclass(order=True)
+class _Decision:
+    """What a demo reviewer does to a held refund, and when."""
+
+    at: datetime
+    seq: int
+    confirmation_id: str = field(compare=False)
+    # "approve" (one reviewer's approval; another follows if it is still pending), "reject".
+    action: str = field(compare=False)
+    reviewers: list[User] = field(compare=False, default_factory=list)
+
+
+class _Reviewers:
+    """The demo reviewers' decisions, made in time order with the calls."""
+
+    def __init__(self, reviewers: list[User], rng: random.Random, now: datetime) -> None:
+        self.reviewers = reviewers
+        self.rng = rng
+        self.now = now
+        self.due: list[_Decision] = []
+        self.seq = itertools.count()
+        self.decided = 0
+
+    def held(self, confirmation_id: str, held_at: datetime) -> None:
+        """Plan the decision of a refund held at that moment: most approved, some rejected, a few
+        left to expire; minutes to hours later (a log-normal wait, with a median of about 20
+        minutes)."""
+        draw = self.rng.random()
+        wait = timedelta(minutes=min(self.rng.lognormvariate(math.log(20), 1.1), 20 * 60))
+        at = min(held_at + wait, self.now - timedelta(minutes=1))
+        if draw < APPROVE:
+            # One approval, or a vote and then another reviewer's: the sum or the policy may
+            # need two, or a reviewer whose limit covers the sum.
+            order = self.rng.sample(self.reviewers, len(self.reviewers))
+            self._plan(_Decision(at, next(self.seq), confirmation_id, "approve", order))
+        elif draw < APPROVE + REJECT:
+            self._plan(_Decision(at, next(self.seq), confirmation_id, "reject"))
+
+    def until(self, moment: datetime) -> None:
+        """Make every decision due by `moment`, in order."""
+        while self.due and self.due[0].at <= moment:
+            self._make(heapq.heappop(self.due))
+
+    def _plan(self, decision: _Decision) -> None:
+        heapq.heappush(self.due, decision)
+
+    def _make(self, decision: _Decision) -> None:
+        try:
+            if decision.action == "reject":
+                confirmation_reject(
+                    confirmation_id=decision.confirmation_id,
+                    reviewer=self.rng.choice(self.reviewers),
+                    reason=self.rng.choice(REJECTION_REASONS),
+                    now=decision.at,
+                )
+                self.decided += 1
+                return
+            reviewer, *others = decision.reviewers
+            confirmation = confirmation_approve(
+                confirmation_id=decision.confirmation_id, reviewer=reviewer, now=decision.at
+            )
+        except ConfirmationError:
+            return
+        if confirmation.status != ConfirmationStatus.PENDING:
+            self.decided += 1
+        elif others:
+            later = min(decision.at + timedelta(minutes=self.rng.randint(2, 30)), self.now)
+            self._plan(
+                _Decision(later, next(self.seq), decision.confirmation_id, "approve", others)
+            )
+
+
 class HistoryClient:
     """What a simulated conversation calls: the pipeline in this process, each session at its
-    own moment, a few seconds later for each of its calls."""
+    own moment, a few seconds later for each of its calls, after the reviewers' decisions due by
+    then."""
 
-    def __init__(self, agent: Agent, starts: Mapping[str, datetime], rng: random.Random) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        starts: Mapping[str, datetime],
+        rng: random.Random,
+        reviewers: _Reviewers,
+    ) -> None:
         self.agent = agent
         self.moments = dict(starts)
         self.rng = rng
+        self.reviewers = reviewers
 
     def codes(self) -> list[dict[str, Any]]:
         return [code.as_dict() for code in tool_registry.catalogue]
@@ -69,6 +156,7 @@ class HistoryClient:
     ) -> dict[str, Any]:
         at = self.moments[session_id]
         self.moments[session_id] = at + timedelta(seconds=self.rng.randint(4, 45))
+        self.reviewers.until(at)
         result = call_dispatch(
             agent=self.agent,
             session_id=session_id,
@@ -77,6 +165,8 @@ class HistoryClient:
             arguments=arguments,
             clock=lambda: at,
         )
+        if result.code == "CONFIRMATION_REQUIRED" and not result.replayed:
+            self.reviewers.held(str(result.data["confirmation_id"]), at)
         return result.as_dict()
 
 
@@ -91,7 +181,8 @@ def demo_history_seed(
     now = timezone.now()
     orders = _orders(rng)
     starts = _moments(rng, now, sessions)
-    client = HistoryClient(agent, starts, rng)
+    decisions = _Reviewers(list(reviewers), rng, now)
+    client = HistoryClient(agent, starts, rng, decisions)
     step = max(1, sessions // 10)
 
     def progress(done: int, calls: int) -> None:
@@ -113,7 +204,8 @@ def demo_history_seed(
             run_id=RUN_ID,
             progress=progress,
         )
-        decided = _decide(agent, list(reviewers), rng, now)
+        decisions.until(now)
+        decided = decisions.decided + _expire(agent, now)
     finally:
         trace.setLevel(level)
     say(f"  {len(report.calls)} calls; {decided} held refunds decided by the demo reviewers.")
@@ -131,7 +223,12 @@ def _moments(rng: random.Random, now: datetime, sessions: int) -> dict[str, date
         weight *= 1.0 - 0.4 * age / timedelta(days=DAYS)
         if rng.random() < weight and age > timedelta(minutes=30):
             moments.append(at.replace(microsecond=0))
-    return {f"{SESSION_PREFIX}{i:05d}": at for i, at in enumerate(sorted(moments))}
+    # A session lasts minutes: starting each at least a quarter of an hour after the one before
+    # keeps their calls in time order, as the decisions between them are.
+    ordered: list[datetime] = []
+    for at in sorted(moments):
+        ordered.append(max(at, ordered[-1] + SESSION_GAP) if ordered else at)
+    return {f"{SESSION_PREFIX}{i:05d}": at for i, at in enumerate(ordered) if at < now}
 
 
 def _orders(rng: random.Random) -> list[OrderFact]:
@@ -160,41 +257,14 @@ def _orders(rng: random.Random) -> list[OrderFact]:
     return facts
 
 
-def _decide(agent: Agent, reviewers: list[User], rng: random.Random, now: datetime) -> int:
-    """Each held refund of the history decided as reviewers do, minutes to hours after it was
-    held (a few are left to expire), through the approval services at that moment."""
-    held = Confirmation.objects.filter(
-        agent=agent, session_id__startswith=SESSION_PREFIX, status=ConfirmationStatus.PENDING
-    ).order_by("created_at")
-    decided = 0
-    for confirmation in held:
-        draw = rng.random()
-        # Minutes to hours: a log-normal wait, with a median of about 20 minutes.
-        wait = timedelta(minutes=min(rng.lognormvariate(math.log(20), 1.1), 20 * 60))
-        at = min(confirmation.created_at + wait, now - timedelta(minutes=1))
-        try:
-            if draw < APPROVE:
-                # One approval, or a vote and then another reviewer's: the amount or the
-                # policy may need two, or a reviewer whose limit is above the amount.
-                for reviewer in rng.sample(reviewers, len(reviewers)):
-                    confirmation = confirmation_approve(
-                        confirmation_id=confirmation.pk, reviewer=reviewer, now=at
-                    )
-                    if confirmation.status != ConfirmationStatus.PENDING:
-                        break
-                    at = min(at + timedelta(minutes=rng.randint(2, 30)), now)
-            elif draw < APPROVE + REJECT:
-                confirmation_reject(
-                    confirmation_id=confirmation.pk,
-                    reviewer=rng.choice(reviewers),
-                    reason=rng.choice(REJECTION_REASONS),
-                    now=at,
-                )
-            elif confirmation.expires_at < now:
-                confirmation_expire(confirmation_id=confirmation.pk, now=confirmation.expires_at)
-            else:
-                continue
-        except ConfirmationError:
-            continue
-        decided += 1
-    return decided
+def _expire(agent: Agent, now: datetime) -> int:
+    """The held refunds nobody decided, expired at their expiry; how many."""
+    due = Confirmation.objects.filter(
+        agent=agent,
+        session_id__startswith=SESSION_PREFIX,
+        status=ConfirmationStatus.PENDING,
+        expires_at__lt=now,
+    ).order_by("expires_at")
+    for confirmation in due:
+        confirmation_expire(confirmation_id=confirmation.pk, now=confirmation.expires_at)
+    return len(due)
