@@ -26,6 +26,8 @@ from dispatch.models import (
     SecurityEvent,
     Session,
 )
+from dispatch.money import AmountInvalid, major_units, minor_units
+from dispatch.pipeline.policy import CurrencyLimits, HumanRule
 from dispatch.registry import tool_registry
 from dispatch.services import policy_create
 from dispatch.webhooks import (
@@ -37,15 +39,13 @@ from dispatch.webhooks import (
 
 _POLICY_FIELDS = (
     "allowed_tools",
-    "max_amount_cents",
-    "auto_approve_below_cents",
     "auto_approve_window_seconds",
-    "daily_cap_cents",
-    "two_reviewers_from_cents",
     "step_budget",
     "repeat_limit",
     "confirmation_ttl_seconds",
 )
+# What a version shows of its money, in major units per currency, and of its tools' rules.
+_POLICY_SHOWN = ("thresholds", "human_rules_shown")
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -64,12 +64,20 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 class PolicyInline(admin.TabularInline):  # type: ignore[type-arg]
     model = Policy
     fk_name = "agent"
-    fields = ("version", *_POLICY_FIELDS, "created_at", "created_by")
+    fields = ("version", "allowed_tools", *_POLICY_SHOWN, *_POLICY_FIELDS[1:], "created_at")
     readonly_fields = fields
     extra = 0
     can_delete = False
     show_change_link = True
     ordering = ("-version",)
+
+    @admin.display(description="thresholds")
+    def thresholds(self, obj: Policy) -> str:
+        return policy_thresholds_text(obj)
+
+    @admin.display(description="human")
+    def human_rules_shown(self, obj: Policy) -> str:
+        return human_rules_text(obj)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -227,7 +235,49 @@ class AgentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         self.message_user(request, f"Enabled {changed} agent(s).", messages.SUCCESS)
 
 
+def policy_thresholds_text(policy: Policy) -> str:
+    """A version's money thresholds in major units, one currency a line."""
+    limits = policy.limits()
+    if limits is None:
+        return "one set for every currency (made before thresholds were kept per currency)"
+    lines = []
+    for currency, each in limits.items():
+        lines.append(
+            f"{currency}: max {_major(each.max_amount_cents, currency)}, no human below "
+            f"{_major(each.auto_approve_below_cents, currency)}, two reviewers from "
+            f"{_major(each.two_reviewers_from_cents, currency, 'never')}, daily cap "
+            f"{_major(each.daily_cap_cents, currency, 'none')}"
+        )
+    return "; ".join(lines) + "; any other currency is held for a human"
+
+
+def human_rules_text(policy: Policy) -> str:
+    rules = policy.human_rules or {}
+    shown = ", ".join(f"{tool}: {rule.replace('_', ' ')}" for tool, rule in sorted(rules.items()))
+    return shown or "by amount for high-risk tools, never for the others"
+
+
+def _major(cents: int | None, currency: str, none: str = "none") -> str:
+    return none if cents is None else major_units(cents, currency)
+
+
+# The per-currency thresholds of the form, as their fields are named: CUR_<name>.
+_THRESHOLDS = {
+    "max_amount": ("max amount a call", False),
+    "auto_approve_below": ("no human below", False),
+    "two_reviewers_from": ("two reviewers from", True),
+    "daily_cap": ("daily cap without a human", True),
+}
+_RULE_CHOICES = [
+    ("", "by amount if high risk, else never"),
+    *[(rule.value, rule.value.replace("_", " ")) for rule in HumanRule],
+]
+
+
 class PolicyVersionForm(forms.ModelForm):  # type: ignore[type-arg]
+    """A new version: its tools, their human rules, and its thresholds per currency in each
+    currency's major units (50.00 BRL, 5000 JPY, 5.000 KWD)."""
+
     allowed_tools = forms.MultipleChoiceField(
         widget=forms.CheckboxSelectMultiple, required=False, help_text="the tools it may call"
     )
@@ -242,12 +292,69 @@ class PolicyVersionForm(forms.ModelForm):  # type: ignore[type-arg]
         field = self.fields["allowed_tools"]
         assert isinstance(field, forms.MultipleChoiceField)
         field.choices = [(spec.name, f"{spec.name}: {spec.label}") for spec in tool_registry]
+        for spec in tool_registry:
+            self.fields[f"human_{spec.name}"] = forms.ChoiceField(
+                choices=_RULE_CHOICES, required=False, label=f"human for {spec.name}"
+            )
+        for currency in self.currencies():
+            for name, (label, nullable) in _THRESHOLDS.items():
+                self.fields[f"{currency}_{name}"] = forms.CharField(
+                    required=False,
+                    label=f"{currency} {label}",
+                    help_text=f"in {currency}'s major units"
+                    + (
+                        "; empty for none"
+                        if nullable
+                        else "; leave every box of a currency "
+                        "empty to hold all its calls for a human"
+                    ),
+                )
 
-    def clean_max_amount_cents(self) -> int:
-        value = int(self.cleaned_data["max_amount_cents"])
-        if value < 1:
-            raise forms.ValidationError("At least 1 cent.")
-        return value
+    def currencies(self) -> list[str]:
+        """The currencies the domains' tools move money in, and any the current version has."""
+        current = self.initial.get("currency_limits") or {}
+        return sorted(set(tool_registry.currencies) | {currency.upper() for currency in current})
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        limits: dict[str, CurrencyLimits] = {}
+        for currency in self.currencies():
+            values = {name: (data.get(f"{currency}_{name}") or "").strip() for name in _THRESHOLDS}
+            if not any(values.values()):
+                continue
+            try:
+                limits[currency] = CurrencyLimits(
+                    max_amount_cents=self._minor(currency, "max_amount", values, positive=True),
+                    auto_approve_below_cents=self._minor(currency, "auto_approve_below", values),
+                    two_reviewers_from_cents=self._minor(currency, "two_reviewers_from", values),
+                    daily_cap_cents=self._minor(currency, "daily_cap", values),
+                )
+            except forms.ValidationError as error:
+                self.add_error(None, error)
+        data["currency_limits"] = limits
+        data["human_rules"] = {
+            spec.name: data[f"human_{spec.name}"]
+            for spec in tool_registry
+            if data.get(f"human_{spec.name}")
+        }
+        return data
+
+    def _minor(
+        self, currency: str, name: str, values: dict[str, str], *, positive: bool = False
+    ) -> Any:
+        text = values[name]
+        label, nullable = _THRESHOLDS[name]
+        if not text:
+            if nullable:
+                return None
+            raise forms.ValidationError(f"{currency} {label}: give an amount.")
+        try:
+            amount = minor_units(text, currency)
+        except AmountInvalid as exc:
+            raise forms.ValidationError(f"{currency} {label}: {exc}.") from None
+        if positive and amount < 1:
+            raise forms.ValidationError(f"{currency} {label}: more than 0.")
+        return amount
 
 
 _VERSION_NOTE = (
@@ -265,9 +372,7 @@ class PolicyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "version",
         "is_current",
         "tools",
-        "max_amount_cents",
-        "auto_approve_below_cents",
-        "two_reviewers_from_cents",
+        "thresholds",
         "step_budget",
         "repeat_limit",
         "confirmation_ttl_seconds",
@@ -278,19 +383,51 @@ class PolicyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_select_related = ("agent", "created_by")
     search_fields = ("agent__name",)
     ordering = ("agent__name", "-version")
+    readonly_fields = _POLICY_SHOWN
 
     def get_fieldsets(self, request: HttpRequest, obj: Policy | None = None) -> Any:
-        if obj is None:
-            return [(None, {"description": _VERSION_NOTE, "fields": ("agent", *_POLICY_FIELDS)})]
+        if obj is not None:
+            fields = ("agent", "version", *_POLICY_FIELDS, *_POLICY_SHOWN)
+            return [
+                (
+                    None,
+                    {
+                        "description": _VERSION_NOTE,
+                        "fields": (*fields, "created_at", "created_by"),
+                    },
+                )
+            ]
+        currencies = sorted(
+            set(tool_registry.currencies)
+            | set(self.get_changeform_initial_data(request).get("currency_limits") or {})
+        )
         return [
+            (None, {"description": _VERSION_NOTE, "fields": ("agent", *_POLICY_FIELDS)}),
             (
-                None,
+                "Who decides each tool's calls",
+                {"fields": tuple(f"human_{spec.name}" for spec in tool_registry)},
+            ),
+            (
+                "Money thresholds per currency, in its major units",
                 {
-                    "description": _VERSION_NOTE,
-                    "fields": ("agent", "version", *_POLICY_FIELDS, "created_at", "created_by"),
+                    "description": "A currency left empty has no thresholds: every call in it "
+                    "is held for a human. Amounts use the currency's own decimals: 50.00 BRL, "
+                    "5000 JPY, 5.000 KWD.",
+                    "fields": tuple(
+                        tuple(f"{currency}_{name}" for name in _THRESHOLDS)
+                        for currency in currencies
+                    ),
                 },
-            )
+            ),
         ]
+
+    @admin.display(description="thresholds")
+    def thresholds(self, policy: Policy) -> str:
+        return policy_thresholds_text(policy)
+
+    @admin.display(description="who decides each tool's calls")
+    def human_rules_shown(self, policy: Policy) -> str:
+        return human_rules_text(policy)
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
@@ -307,24 +444,30 @@ class PolicyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
         """Adding a version for an agent starts from its current policy."""
-        initial = dict(super().get_changeform_initial_data(request))
+        initial: dict[str, Any] = dict(super().get_changeform_initial_data(request))
         agent_id = str(request.GET.get("agent", ""))
         if agent_id.isdigit():
             agent = Agent.objects.select_related("current_policy").filter(pk=int(agent_id)).first()
             if agent is not None and agent.current_policy is not None:
                 current = agent.current_policy
                 initial.update({name: getattr(current, name) for name in _POLICY_FIELDS})
+                initial["currency_limits"] = current.currency_limits or {}
+                for currency, limits in (current.limits() or {}).items():
+                    for name in _THRESHOLDS:
+                        cents = getattr(limits, f"{name}_cents")
+                        if cents is not None:
+                            initial[f"{currency}_{name}"] = major_units(cents, currency)
+                for tool, rule in (current.human_rules or {}).items():
+                    initial[f"human_{tool}"] = rule
         return initial
 
     def save_model(self, request: HttpRequest, obj: Policy, form: Any, change: bool) -> None:
         created = policy_create(
             agent=obj.agent,
             allowed_tools=obj.allowed_tools,
-            max_amount_cents=obj.max_amount_cents,
-            auto_approve_below_cents=obj.auto_approve_below_cents,
+            currencies=form.cleaned_data["currency_limits"],
+            humans=form.cleaned_data["human_rules"],
             auto_approve_window_seconds=obj.auto_approve_window_seconds,
-            daily_cap_cents=obj.daily_cap_cents,
-            two_reviewers_from_cents=obj.two_reviewers_from_cents,
             step_budget=obj.step_budget,
             repeat_limit=obj.repeat_limit,
             confirmation_ttl_seconds=obj.confirmation_ttl_seconds,

@@ -58,12 +58,22 @@ def decision_lock(*, customer_id: str) -> None:
 
 
 def held_money_of(confirmation: Confirmation) -> tuple[str, str]:
-    """The currency and the subject of a held call's money, as its tool declares them."""
+    """The currency and the subject of a held call's money: as the hold kept them (its
+    reservation), else as its tool declares them in its arguments."""
+    reserved = (
+        Movement.objects.filter(key=confirmation.execution_key)
+        .values_list("currency", "subject")
+        .first()
+    )
+    if reserved is not None:
+        return reserved
     spec = tool_registry.get(confirmation.tool)
     arguments = confirmation.arguments if isinstance(confirmation.arguments, Mapping) else {}
+    currency = confirmation.currency
     if spec is None:
-        return "", ""
-    currency = str(arguments.get(spec.currency_field, "")) if spec.currency_field else ""
+        return currency, ""
+    if not currency and spec.currency_field:
+        currency = str(arguments.get(spec.currency_field, ""))
     subject = str(arguments.get(spec.subject_field, "")) if spec.subject_field else ""
     return currency, subject
 

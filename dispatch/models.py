@@ -7,6 +7,7 @@ from django.core.validators import MinValueValidator
 from django.db import models
 
 from dispatch.pipeline.allowance import execution_key
+from dispatch.pipeline.policy import CurrencyLimits, HumanRule
 from dispatch.pipeline.policy import Policy as PolicySnapshot
 
 
@@ -46,26 +47,30 @@ class Agent(models.Model):
 
 
 class Policy(models.Model):
-    """One version of an agent's policy. Versions are never edited: a change is a new version."""
+    """One version of an agent's policy. Versions are never edited: a change is a new version.
+
+    The money thresholds are kept per currency in its minor units (`currency_limits`); a
+    currency without thresholds is held for a human. Versions made before that keep one set of
+    numbers for every currency (the flat columns), and are judged as they were.
+    """
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="policies")
     version = models.PositiveIntegerField()
     allowed_tools = models.JSONField(default=list)
-    max_amount_cents = models.PositiveBigIntegerField()
-    auto_approve_below_cents = models.PositiveBigIntegerField(
-        default=0,
-        help_text="a refund runs without a human only while what was auto-approved for the same "
-        "customer and currency within the window, this refund included, stays below this",
-    )
+    # {currency: {max_amount_cents, auto_approve_below_cents, two_reviewers_from_cents,
+    # daily_cap_cents}}; null in a version made before thresholds were kept per currency.
+    currency_limits = models.JSONField(null=True, blank=True)
+    # {tool: "never" | "always" | "by_amount"}; a tool not here: by amount if it is high risk.
+    human_rules = models.JSONField(default=dict, blank=True)
+    # The thresholds of a version made before they were kept per currency.
+    max_amount_cents = models.PositiveBigIntegerField(null=True, blank=True)
+    auto_approve_below_cents = models.PositiveBigIntegerField(null=True, blank=True)
     auto_approve_window_seconds = models.PositiveIntegerField(
-        default=24 * 3600, validators=[MinValueValidator(60)]
+        default=24 * 3600,
+        validators=[MinValueValidator(60)],
+        help_text="the customer's sum counts what moved within this many seconds",
     )
-    daily_cap_cents = models.PositiveBigIntegerField(
-        null=True,
-        blank=True,
-        help_text="what this agent may move without a human per currency and UTC day; "
-        "empty for no cap of its own",
-    )
+    daily_cap_cents = models.PositiveBigIntegerField(null=True, blank=True)
     two_reviewers_from_cents = models.PositiveBigIntegerField(null=True, blank=True)
     step_budget = models.PositiveIntegerField(default=50, validators=[MinValueValidator(1)])
     repeat_limit = models.PositiveIntegerField(default=3, validators=[MinValueValidator(1)])
@@ -87,18 +92,29 @@ class Policy(models.Model):
     def __str__(self) -> str:
         return f"{self.agent_id} v{self.version}"
 
+    def limits(self) -> dict[str, CurrencyLimits] | None:
+        """The thresholds per currency; None for a version that keeps one set for all."""
+        if self.currency_limits is None:
+            return None
+        return {
+            currency: CurrencyLimits(**values)
+            for currency, values in sorted(self.currency_limits.items())
+        }
+
     def snapshot(self) -> PolicySnapshot:
         return PolicySnapshot(
             version=self.version,
             allowed_tools=frozenset(self.allowed_tools),
-            max_amount_cents=self.max_amount_cents,
-            auto_approve_below_cents=self.auto_approve_below_cents,
+            max_amount_cents=self.max_amount_cents or 0,
+            auto_approve_below_cents=self.auto_approve_below_cents or 0,
             auto_approve_window_seconds=self.auto_approve_window_seconds,
             daily_cap_cents=self.daily_cap_cents,
             two_reviewers_from_cents=self.two_reviewers_from_cents,
             step_budget=self.step_budget,
             repeat_limit=self.repeat_limit,
             confirmation_ttl_seconds=self.confirmation_ttl_seconds,
+            currencies=self.limits(),
+            humans={tool: HumanRule(rule) for tool, rule in (self.human_rules or {}).items()},
         )
 
 
@@ -238,6 +254,8 @@ class Confirmation(models.Model):
     policy_version = models.PositiveIntegerField()
     reviewers_required = models.PositiveSmallIntegerField(default=1)
     amount_cents = models.PositiveBigIntegerField(null=True, blank=True)
+    # The currency of its amount, as the tool's money said (from its arguments or its subject).
+    currency = models.CharField(max_length=16, blank=True, default="")
     status = models.CharField(
         max_length=16, choices=ConfirmationStatus.choices, default=ConfirmationStatus.PENDING
     )

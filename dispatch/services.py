@@ -15,6 +15,7 @@ from django.db import connection, transaction
 
 from dispatch.models import Agent, CallChannel, Policy
 from dispatch.pipeline.engine import Limits, Pipeline
+from dispatch.pipeline.policy import CurrencyLimits, HumanRule
 from dispatch.pipeline.results import CallResult
 from dispatch.pipeline.tools import ToolCall
 from dispatch.registry import tool_registry
@@ -39,7 +40,9 @@ def policy_create(
     *,
     agent: Agent,
     allowed_tools: Iterable[str],
-    max_amount_cents: int,
+    currencies: Mapping[str, CurrencyLimits] | None = None,
+    humans: Mapping[str, str] | None = None,
+    max_amount_cents: int | None = None,
     auto_approve_below_cents: int = 0,
     auto_approve_window_seconds: int = 24 * 3600,
     daily_cap_cents: int | None = None,
@@ -49,11 +52,26 @@ def policy_create(
     confirmation_ttl_seconds: int = 24 * 3600,
     created_by: User | None = None,
 ) -> Policy:
-    """A new version of the agent's policy; earlier versions stay as they were."""
+    """A new version of the agent's policy; earlier versions stay as they were.
+
+    Its money thresholds are per currency (`currencies`, minor units). The flat thresholds are a
+    shorthand for the same numbers in each of TOOLGATE_POLICY_CURRENCIES; a currency with no
+    thresholds is held for a human."""
     tools = sorted(set(allowed_tools))
     unknown = [name for name in tools if tool_registry.get(name) is None]
     if unknown:
         raise UnknownTools(unknown)
+    rules = {tool: HumanRule(rule).value for tool, rule in sorted((humans or {}).items())}
+    unknown = [name for name in rules if tool_registry.get(name) is None]
+    if unknown:
+        raise UnknownTools(unknown)
+    if currencies is None:
+        if max_amount_cents is None:
+            raise ValueError("a policy needs thresholds per currency, or a maximum amount")
+        flat = CurrencyLimits(
+            max_amount_cents, auto_approve_below_cents, two_reviewers_from_cents, daily_cap_cents
+        )
+        currencies = {currency: flat for currency in settings.TOOLGATE_POLICY_CURRENCIES}
     # Locking the agent makes concurrent edits take consecutive versions.
     locked = Agent.objects.select_for_update().get(pk=agent.pk)
     latest = locked.policies.order_by("-version").values_list("version", flat=True).first()
@@ -61,11 +79,11 @@ def policy_create(
         agent=locked,
         version=(latest or 0) + 1,
         allowed_tools=tools,
-        max_amount_cents=max_amount_cents,
-        auto_approve_below_cents=auto_approve_below_cents,
+        currency_limits={
+            currency.upper(): limits._asdict() for currency, limits in sorted(currencies.items())
+        },
+        human_rules=rules,
         auto_approve_window_seconds=auto_approve_window_seconds,
-        daily_cap_cents=daily_cap_cents,
-        two_reviewers_from_cents=two_reviewers_from_cents,
         step_budget=step_budget,
         repeat_limit=repeat_limit,
         confirmation_ttl_seconds=confirmation_ttl_seconds,

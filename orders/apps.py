@@ -12,8 +12,9 @@ class OrdersConfig(AppConfig):
         from dispatch.registry import tool_registry
         from orders.book import ORDER_SOURCE
         from orders.gateway import ORDER_LOOKUP_SOURCE, OrmOrderBook
-        from orders.tools import order_tools
+        from orders.tools import CURRENCIES, order_tools
 
         for spec in order_tools(OrmOrderBook()):
             tool_registry.register(spec)
+        tool_registry.register_currencies(CURRENCIES)
         tool_registry.register_lookup_source(ORDER_SOURCE, ORDER_LOOKUP_SOURCE)

@@ -14,9 +14,14 @@ from orders.tools import ORDER_ID_PATTERN
 
 
 class Currency(models.TextChoices):
+    """ISO 4217 codes; amounts are in each one's own minor units (its exponent: BRL, USD and EUR
+    2, JPY 0, KWD 3)."""
+
     BRL = "BRL", "BRL"
     USD = "USD", "USD"
     EUR = "EUR", "EUR"
+    JPY = "JPY", "JPY"
+    KWD = "KWD", "KWD"
 
 
 class RefundReason(models.TextChoices):

@@ -23,7 +23,7 @@ from dispatch.pipeline.tools import (
 )
 from orders.book import OrderBook, OrderView, RefundReceipt, RefundRefused, order_lookup
 
-CURRENCIES = ("BRL", "USD", "EUR")
+CURRENCIES = ("BRL", "USD", "EUR", "JPY", "KWD")
 REFUND_REASONS = ("damaged", "not_delivered", "customer_request")
 # At most 16 characters; no maxLength beside it, so that OpenAI's strict mode takes the schema.
 ORDER_ID_PATTERN = r"^ORD-[0-9]{1,12}$"
@@ -67,10 +67,12 @@ class RefundOrderArguments(BaseModel):
     amount_cents: int = Field(
         ge=1,
         le=MAX_REFUND_CENTS,
-        description="amount in minor units of the order's currency, as an integer: 25.90 is 2590",
+        description="amount in minor units of the order's currency, as an integer: 25.90 is "
+        "2590 in BRL, USD or EUR (two decimals); in JPY (no decimals) ¥500 is 500; in KWD (three "
+        "decimals) 1.250 is 1250",
     )
-    currency: Literal["BRL", "USD", "EUR"] = Field(
-        description="the order's own currency, one of BRL, USD, EUR (never converted)"
+    currency: Literal["BRL", "USD", "EUR", "JPY", "KWD"] = Field(
+        description="the order's own currency, one of BRL, USD, EUR, JPY, KWD (never converted)"
     )
     reason: Literal["damaged", "not_delivered", "customer_request"] = Field(
         description="why the customer is refunded: damaged, not_delivered or customer_request"

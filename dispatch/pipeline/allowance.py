@@ -118,6 +118,10 @@ AMOUNT = "amount"
 WINDOW_SUM = "window_sum"
 AGENT_DAILY_CAP = "agent_daily_cap"
 POSSIBLE_DUPLICATE = "possible_duplicate"
+NO_THRESHOLDS = "no_thresholds"
+# The policy has a human decide every call of the tool (HumanRule.ALWAYS).
+ALWAYS = "always"
+HIGH_RISK = "high_risk"
 
 
 def twins_of(request: AllowanceRequest, history: AllowanceHistory) -> tuple[Movement, ...]:
@@ -133,20 +137,21 @@ def twins_of(request: AllowanceRequest, history: AllowanceHistory) -> tuple[Move
 def allowance_judge(
     policy: Policy, request: AllowanceRequest, history: AllowanceHistory
 ) -> HoldReason | None:
-    """None if the call may move its money without a human; otherwise why it is held."""
+    """None if the call may move its money without a human; otherwise why it is held. Judged by
+    the thresholds of the call's currency; a currency without any is held (fail closed)."""
     amount, currency = request.amount_cents, request.currency
     twins = twins_of(request, history)
     if twins:
-        first = twins[0]
+        return _duplicate(request, twins)
+    limits = policy.limits(currency)
+    if limits is None:
         return HoldReason(
-            POSSIBLE_DUPLICATE,
-            f"it may repeat an earlier {first.tool} of {first.amount_cents} {currency} for "
-            f"{first.subject} ({_state_words(first)} at "
-            f"{first.at.isoformat(timespec='seconds')}, in another conversation): a possible "
-            "duplicate, which a reviewer must approve as a separate one",
-            {"earlier": [_as_data(movement) for movement in twins[:SHOWN]]},
+            NO_THRESHOLDS,
+            f"this agent's policy sets no thresholds for {currency}: a human decides every "
+            f"call in {currency}",
+            {"currency": currency},
         )
-    threshold = policy.auto_approve_below_cents
+    threshold = limits.auto_approve_below_cents
     earlier = history.customer_window_cents
     if amount >= threshold:
         return HoldReason(
@@ -171,7 +176,7 @@ def allowance_judge(
                 "auto_approve_below_cents": threshold,
             },
         )
-    cap = policy.daily_cap_cents
+    cap = limits.daily_cap_cents
     if cap is not None and history.agent_day_cents + amount > cap:
         return HoldReason(
             AGENT_DAILY_CAP,
@@ -179,6 +184,39 @@ def allowance_judge(
             f"today (UTC); with this {amount} it would pass its daily cap of {cap}",
             {"agent_day_cents": history.agent_day_cents, "daily_cap_cents": cap},
         )
+    return None
+
+
+def always_judge(tool: str, request: AllowanceRequest, history: AllowanceHistory) -> HoldReason:
+    """Why a call of a tool that a human always decides is held: a possible duplicate first."""
+    twins = twins_of(request, history)
+    if twins:
+        return _duplicate(request, twins)
+    return HoldReason(ALWAYS, f"this agent's policy has a human decide every {tool}", {})
+
+
+def _duplicate(request: AllowanceRequest, twins: tuple[Movement, ...]) -> HoldReason:
+    first = twins[0]
+    return HoldReason(
+        POSSIBLE_DUPLICATE,
+        f"it may repeat an earlier {first.tool} of {first.amount_cents} {request.currency} for "
+        f"{first.subject} ({_state_words(first)} at "
+        f"{first.at.isoformat(timespec='seconds')}, in another conversation): a possible "
+        "duplicate, which a reviewer must approve as a separate one",
+        {"earlier": [_as_data(movement) for movement in twins[:SHOWN]]},
+    )
+
+
+def moneyless_hold(tool: str, *, always: bool) -> HoldReason:
+    """Why a call that moves no money is held: its policy says a human decides every one, or
+    it is a high-risk write (a human decides what is not measured in money)."""
+    if always:
+        return HoldReason(ALWAYS, f"this agent's policy has a human decide every {tool}", {})
+    return HoldReason(HIGH_RISK, "a high-risk call that moves no declared amount", {})
+
+
+def never_judge(history: AllowanceHistory) -> None:
+    """A tool no human decides: its money moves without one, and counts in the sum."""
     return None
 
 
@@ -213,7 +251,7 @@ def held_sum(policy: Policy, request: AllowanceRequest, history: AllowanceHistor
         earlier_cents=history.customer_window_cents,
         held_cents=history.customer_held_cents,
         reviewers_required=policy.reviewers_required(
-            history.customer_window_cents + request.amount_cents
+            history.customer_window_cents + request.amount_cents, request.currency
         ),
         twins=twins_of(request, history),
     )

@@ -23,13 +23,16 @@ from dispatch.pipeline.allowance import (
     AllowanceRequest,
     HoldReason,
     allowance_judge,
+    always_judge,
     execution_key,
+    moneyless_hold,
+    never_judge,
     twins_of,
 )
 from dispatch.pipeline.canonical import arguments_hash, canonical_json, idempotency_key
 from dispatch.pipeline.codes import Code
 from dispatch.pipeline.messages import describe_validation_error
-from dispatch.pipeline.policy import Policy
+from dispatch.pipeline.policy import HumanRule, Policy
 from dispatch.pipeline.results import CallResult, compact_json, make_result
 from dispatch.pipeline.state import (
     AuditEntry,
@@ -46,6 +49,7 @@ from dispatch.pipeline.strictjson import StrictJSONError, check_object, loads_ob
 from dispatch.pipeline.tools import (
     CheckContext,
     ExecutionContext,
+    Money,
     OutcomeUnknownError,
     Refused,
     Risk,
@@ -63,6 +67,12 @@ _IN_PROGRESS, _LOOP = Verdict.IN_PROGRESS, Verdict.LOOP
 _KEY_OPEN, _KEY_COMPLETED, _KEY_HELD = KeyStatus.OPEN, KeyStatus.COMPLETED, KeyStatus.HELD
 _KEY_UNKNOWN = KeyStatus.UNKNOWN
 _HIGH_RISK = Risk.HIGH
+_NEVER, _ALWAYS, _BY_AMOUNT = HumanRule.NEVER, HumanRule.ALWAYS, HumanRule.BY_AMOUNT
+
+
+def _day_cap(policy: Policy, currency: str) -> int | None:
+    limits = policy.limits(currency)
+    return None if limits is None else limits.daily_cap_cents
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,22 +235,29 @@ def rules_refusal(
     customer_id: str,
     policy: Policy,
     read_ahead: ReadAhead | None = None,
-) -> Refusal | None:
+) -> Refusal | Money | None:
     """Stages 5 and 6: the tool's business rules against the live state, then the policy's
-    limits."""
+    limits. What passes is the money the call moves (None for none)."""
+    context = CheckContext(customer_id, read_ahead)
     if spec.check is not None:
-        rejection = spec.check(arguments, CheckContext(customer_id, read_ahead))
+        rejection = spec.check(arguments, context)
         if rejection is not None:
             return Refusal(rejection.code, rejection.message, rejection.data)
-    amount = spec.amount_of(arguments)
-    if amount is not None and amount > policy.max_amount_cents:
+    money = spec.money_of(arguments, CheckContext(customer_id, None) if spec.check else context)
+    if money is None:
+        return None
+    limits = policy.limits(money.currency)
+    # A currency without thresholds has no maximum either: it is held for a human (stage 7).
+    if limits is not None and money.amount_cents > limits.max_amount_cents:
+        field = spec.amount_field or "amount"
         return Refusal(
             codes.POLICY_LIMIT,
-            f"{spec.amount_field}: {amount} is above this agent's limit of "
-            f"{policy.max_amount_cents} per call (a human must handle larger amounts)",
-            {"limit_cents": policy.max_amount_cents},
+            f"{field}: {money.amount_cents} is above this agent's limit of "
+            f"{limits.max_amount_cents} {money.currency} per call (a human must handle larger "
+            "amounts)",
+            {"limit_cents": limits.max_amount_cents, "currency": money.currency},
         )
-    return None
+    return money
 
 
 def recheck(
@@ -262,8 +279,8 @@ def recheck(
     model = valid_arguments(spec, arguments)
     if isinstance(model, Refusal):
         return model
-    refusal = rules_refusal(spec, model, customer_id, policy)
-    return refusal if refusal is not None else (spec, model)
+    judged = rules_refusal(spec, model, customer_id, policy)
+    return judged if isinstance(judged, Refusal) else (spec, model)
 
 
 class Pipeline:
@@ -502,24 +519,25 @@ class Pipeline:
     ) -> Execution:
         spec, arguments, validated, canonical, read_ahead = checked
         # 5 and 6. Business rules against the live state, then the agent's policy limits.
-        refusal = rules_refusal(spec, arguments, call.customer_id, policy, read_ahead)
-        if refusal is not None:
-            return _answered(spec, call_id, _KEY_OPEN, refusal.code, refusal.message, refusal.data)
-        amount = spec.amount_of(arguments)
+        judged = rules_refusal(spec, arguments, call.customer_id, policy, read_ahead)
+        if isinstance(judged, Refusal):
+            return _answered(spec, call_id, _KEY_OPEN, judged.code, judged.message, judged.data)
+        money = judged
 
-        # 7. A human decides where the risk calls for it; only calls that would succeed get here.
+        # 7. A human decides where the policy says so: for the tool always, or by its money
+        # (the customer's sum, dispatch/pipeline/allowance.py); only calls that would succeed
+        # get here. Money moved without a human is reserved too, so that it counts in the sum.
         key = trace.key or ""
         reserved = False
-        if spec.risk is _HIGH_RISK:
+        rule = policy.human_rule(spec.name, high_risk=spec.risk is _HIGH_RISK)
+        if money is not None or rule is not _NEVER:
             now = self.clock()
             # The id it is held under, if it is: its money is reserved as held with the judgement.
             confirmation_id = self.new_id()
             expires_at = now + timedelta(seconds=policy.confirmation_ttl_seconds)
             duplicate_of = ""
-            if amount is None:
-                hold: HoldReason | None = HoldReason(
-                    "high_risk", "a high-risk call that moves no declared amount", {}
-                )
+            if money is None:
+                hold: HoldReason | None = moneyless_hold(spec.name, always=rule is _ALWAYS)
                 total = None
             else:
                 request = AllowanceRequest(
@@ -528,20 +546,25 @@ class Pipeline:
                     session_id=call.session_id,
                     customer_id=call.customer_id,
                     tool=spec.name,
-                    subject=spec.subject_of(arguments),
-                    currency=spec.currency_of(arguments),
-                    amount_cents=amount,
+                    subject=money.subject,
+                    currency=money.currency,
+                    amount_cents=money.amount_cents,
                     at=now,
                     since=now - timedelta(seconds=policy.auto_approve_window_seconds),
-                    agent_day_needed=policy.daily_cap_cents is not None,
+                    agent_day_needed=_day_cap(policy, money.currency) is not None,
                     confirmation_id=confirmation_id,
                     held_until=expires_at,
                 )
-                history, hold = state.reserve_allowance(
-                    request, partial(allowance_judge, policy, request)
+                judge = (
+                    partial(allowance_judge, policy, request)
+                    if rule is _BY_AMOUNT
+                    else partial(always_judge, spec.name, request)
+                    if rule is _ALWAYS
+                    else never_judge
                 )
+                history, hold = state.reserve_allowance(request, judge)
                 # The money is the risk: the customer's sum with it decides how many reviewers.
-                total = history.customer_window_cents + amount
+                total = history.customer_window_cents + money.amount_cents
                 twins = twins_of(request, history)
                 duplicate_of = twins[0].key if twins else ""
             if hold is not None:
@@ -555,24 +578,27 @@ class Pipeline:
                     session_id=call.session_id,
                     customer_id=call.customer_id,
                     policy_version=policy.version,
-                    reviewers_required=policy.reviewers_required(total),
-                    amount_cents=amount,
+                    reviewers_required=policy.reviewers_required(
+                        total, money.currency if money else ""
+                    ),
+                    amount_cents=money.amount_cents if money else None,
                     created_at=now,
                     expires_at=expires_at,
                     reason=hold._asdict(),
                     host_context=call.context,
                     duplicate_of=duplicate_of,
+                    currency=money.currency if money else "",
                 )
                 try:
                     state.hold(confirmation)
                 except BaseException:
                     # Not held after all: its money is not on its way.
-                    if amount is not None:
+                    if money is not None:
                         state.release_allowance(execution_key(confirmation_id))
                     raise
                 trace.confirmation_id = confirmation.confirmation_id
                 return self._held(call_id, confirmation, replayed=False), _KEY_HELD
-            reserved = True
+            reserved = money is not None
 
         # 8. Execution. What was read ahead is the first read of the tool's check, if it has one.
         trace.executing = True

@@ -74,6 +74,8 @@ class PendingConfirmation(NamedTuple):
     host_context: str = ""
     # The money it may repeat (a possible duplicate): the twin movement's key.
     duplicate_of: str = ""
+    # The currency of its amount (the tool's money: from its arguments or its subject's state).
+    currency: str = ""
 
 
 class Claim(NamedTuple):

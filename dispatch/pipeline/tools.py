@@ -8,7 +8,7 @@ vendor formats, the labels of the dashboard — is derived from the declaration.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -86,7 +86,16 @@ class OutcomeUnknownError(Exception):
     """
 
 
+class Money(NamedTuple):
+    """The money a call moves: how much (minor units), in what currency, and what it is for."""
+
+    amount_cents: int
+    currency: str
+    subject: str = ""
+
+
 Check = Callable[[Args, CheckContext], Rejection | None]
+MoneyOf = Callable[[Args, CheckContext], Money | None]
 Handler = Callable[[Args, ExecutionContext], Mapping[str, Any]]
 # The record a call reads first, from its arguments and its customer's id.
 LookupOf = Callable[[Args, str], Lookup]
@@ -124,6 +133,10 @@ class ToolSpec(Generic[Args]):
     # What the system of record did under an idempotency key (a refund's receipt), or None if
     # nothing: how an execution whose outcome was lost is reconciled.
     outcome_of: Callable[[str], Mapping[str, Any] | None] | None = None
+    # The money a call moves where it comes from its subject's state rather than its arguments
+    # (a cancellation refunds what the order was paid); None: from the amount, currency and
+    # subject fields above.
+    money: MoneyOf[Args] | None = None
 
     def __post_init__(self) -> None:
         for kind in ("amount_field", "currency_field", "subject_field"):
@@ -143,6 +156,16 @@ class ToolSpec(Generic[Args]):
     def subject_of(self, arguments: BaseModel) -> str:
         return "" if self.subject_field is None else str(getattr(arguments, self.subject_field))
 
+    def money_of(self, arguments: BaseModel, context: CheckContext) -> Money | None:
+        """The money the call moves, if any: from the subject's state where the tool says so,
+        else from its arguments."""
+        if self.money is not None:
+            return self.money(arguments, context)  # type: ignore[arg-type]
+        amount = self.amount_of(arguments)
+        if amount is None:
+            return None
+        return Money(amount, self.currency_of(arguments), self.subject_of(arguments))
+
     def json_schema(self) -> dict[str, Any]:
         return self.arguments.model_json_schema()
 
@@ -161,6 +184,7 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, ToolSpec[Any]] = {}
         self._lookup_sources: dict[str, LookupSource] = {}
+        self._currencies: set[str] = set()
         self._catalogue = CodeCatalogue(CORE_CODES)
         # The tool of a name, or None.
         self.get: Callable[[str], ToolSpec[Any] | None] = self._tools.get
@@ -175,6 +199,14 @@ class ToolRegistry:
         if name in self._lookup_sources:
             raise ValueError(f"lookup source {name!r} is already registered")
         self._lookup_sources[name] = source
+
+    def register_currencies(self, currencies: Iterable[str]) -> None:
+        """The currencies a domain's tools move money in: where a policy's thresholds are set."""
+        self._currencies.update(currency.upper() for currency in currencies)
+
+    @property
+    def currencies(self) -> frozenset[str]:
+        return frozenset(self._currencies)
 
     def lookup_source(self, name: str) -> LookupSource | None:
         return self._lookup_sources.get(name)

@@ -47,8 +47,9 @@ from dispatch.pipeline.allowance import (
     AllowanceRequest,
     Movement,
     allowance_judge,
+    always_judge,
 )
-from dispatch.pipeline.policy import Policy
+from dispatch.pipeline.policy import CurrencyLimits, HumanRule, Policy
 
 # The ways a money-moving call goes, in the order a page shows them.
 AUTO_EXECUTED = "auto_executed"
@@ -69,14 +70,17 @@ EXECUTED = "executed"
 FAILED = "failed"
 
 # The money thresholds a draft may change, with the values each may take; None, where allowed,
-# means the policy has no such limit.
+# means the policy has no such limit. The window is the policy's; the others are per currency.
 MAX_CENTS = 2**63 - 1
-DRAFT_FIELDS: Mapping[str, tuple[int, int, bool]] = {
+LIMIT_FIELDS: Mapping[str, tuple[int, int, bool]] = {
     "auto_approve_below_cents": (0, MAX_CENTS, False),
-    "auto_approve_window_seconds": (60, 2**31 - 1, False),
     "two_reviewers_from_cents": (1, MAX_CENTS, True),
     "max_amount_cents": (1, MAX_CENTS, False),
     "daily_cap_cents": (0, MAX_CENTS, True),
+}
+DRAFT_FIELDS: Mapping[str, tuple[int, int, bool]] = {
+    **LIMIT_FIELDS,
+    "auto_approve_window_seconds": (60, 2**31 - 1, False),
 }
 
 
@@ -86,20 +90,63 @@ class DraftError(ValueError):
         self.field, self.message = field, message
 
 
-def draft_of(policy: Policy, changes: Mapping[str, int | None]) -> Policy:
-    """`policy` with some of its money thresholds changed; DraftError names a value out of range."""
+def draft_of(
+    policy: Policy,
+    changes: Mapping[str, int | None],
+    currency_changes: Mapping[str, Mapping[str, int | None]] | None = None,
+) -> Policy:
+    """`policy` with some of its money thresholds changed; DraftError names a value out of range.
+
+    `currency_changes` changes one currency's thresholds (minor units of that currency), and may
+    give thresholds to a currency the policy has none for (its maximum amount, at least). A
+    threshold in `changes` changes it in every currency of the policy alike."""
     for name, value in changes.items():
-        low, high, nullable = DRAFT_FIELDS[name]
-        if value is None and nullable:
-            continue
-        if value is None or not low <= value <= high:
-            raise DraftError(
-                name,
-                f"must be a whole number from {low} to {high}"
-                + (", or empty for no such limit" if nullable else ""),
-            )
-    fields: dict[str, Any] = dict(changes)
-    return dataclasses.replace(policy, **fields)
+        _check(name, name, value)
+    for currency, values in (currency_changes or {}).items():
+        for name, value in values.items():
+            if name not in LIMIT_FIELDS:
+                raise DraftError(f"{currency} {name}", "is not a threshold of a currency")
+            _check(f"{currency} {name}", name, value)
+    window = changes.get("auto_approve_window_seconds")
+    every: dict[str, Any] = {name: value for name, value in changes.items() if name in LIMIT_FIELDS}
+    draft = (
+        policy
+        if window is None
+        else dataclasses.replace(policy, auto_approve_window_seconds=window)
+    )
+    if draft.currencies is None and not currency_changes:
+        # A version with one set of thresholds for every currency stays one.
+        return dataclasses.replace(draft, **every)
+    currencies = dict(draft.currencies or {})
+    if draft.currencies is None:
+        # Drafted per currency: the one set becomes each currency's that the draft names.
+        shared = draft.limits("")
+        assert shared is not None
+        currencies = {currency.upper(): shared for currency in currency_changes or {}}
+    currencies = {currency: limits._replace(**every) for currency, limits in currencies.items()}
+    for currency, values in (currency_changes or {}).items():
+        code = currency.upper()
+        existing = currencies.get(code)
+        if existing is None:
+            if values.get("max_amount_cents") is None:
+                raise DraftError(
+                    f"{code} max_amount_cents", "give the maximum amount of a new currency"
+                )
+            existing = CurrencyLimits(int(values["max_amount_cents"] or 0))
+        currencies[code] = existing._replace(**dict(values))  # type: ignore[arg-type]
+    return dataclasses.replace(draft, currencies=currencies)
+
+
+def _check(label: str, name: str, value: int | None) -> None:
+    low, high, nullable = DRAFT_FIELDS[name]
+    if value is None and nullable:
+        return
+    if value is None or not low <= value <= high:
+        raise DraftError(
+            label,
+            f"must be a whole number from {low} to {high}"
+            + (", or empty for no such limit" if nullable else ""),
+        )
 
 
 def replay_from(policy: Policy, since: datetime) -> datetime:
@@ -429,7 +476,8 @@ def policy_replay(
 def _judged(
     policy: Policy, window: timedelta, call: PastCall, sums: RunningSums, days: _AgentDays
 ) -> Verdict:
-    if call.amount_cents > policy.max_amount_cents:
+    limits = policy.limits(call.currency)
+    if limits is not None and call.amount_cents > limits.max_amount_cents:
         return Verdict(call, REFUSED, OVER_MAXIMUM)
     request = AllowanceRequest(
         call.call_id,
@@ -442,14 +490,25 @@ def _judged(
         call.amount_cents,
         call.at,
         call.at - window,
-        policy.daily_cap_cents is not None,
+        limits is not None and limits.daily_cap_cents is not None,
     )
     history = sums.history(request, days.of(call.agent_id, call.currency, call.at))
-    hold = allowance_judge(policy, request, history)
+    # As stage 7 judges a tool that moves money: by the policy's rule for it.
+    rule = policy.human_rule(call.tool, high_risk=True)
+    hold = (
+        allowance_judge(policy, request, history)
+        if rule is HumanRule.BY_AMOUNT
+        else always_judge(call.tool, request, history)
+        if rule is HumanRule.ALWAYS
+        else None
+    )
     if hold is None:
         return Verdict(call, AUTO_EXECUTED, "")
     # As stage 7 does: the customer's sum with this call decides the reviewers.
-    if policy.reviewers_required(history.customer_window_cents + call.amount_cents) == 2:
+    if (
+        policy.reviewers_required(history.customer_window_cents + call.amount_cents, call.currency)
+        == 2
+    ):
         return Verdict(call, TWO_REVIEWERS, hold.kind)
     return Verdict(call, ONE_REVIEWER, hold.kind)
 

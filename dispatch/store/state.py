@@ -195,6 +195,7 @@ class OrmState:
                 policy_version=confirmation.policy_version,
                 reviewers_required=confirmation.reviewers_required,
                 amount_cents=confirmation.amount_cents,
+                currency=confirmation.currency,
                 hold_reason=dict(confirmation.reason) if confirmation.reason else None,
                 host_context=confirmation.host_context,
                 duplicate_of=confirmation.duplicate_of,
@@ -348,4 +349,5 @@ def _pending(confirmation_id: str) -> PendingConfirmation | None:
         status=held.status,
         host_context=held.host_context,
         duplicate_of=held.duplicate_of,
+        currency=held.currency,
     )

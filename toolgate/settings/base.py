@@ -211,6 +211,9 @@ CELERY_BEAT_SCHEDULE = {
 # An approved confirmation is the outbox of its execution: not claimed by a worker this long after
 # its approval (or its last sending), it is sent again. A worker holds the one it executes under a
 # lease that it renews every third of it; a lease that lapsed (the worker died) is taken over.
+# The currencies a policy's flat thresholds apply to, where a policy is given one set of numbers
+# (`create_agent` without per-currency values, the tests): in each, in its own minor units.
+TOOLGATE_POLICY_CURRENCIES = env.list("TOOLGATE_POLICY_CURRENCIES", default=["BRL", "USD", "EUR"])
 TOOLGATE_EXECUTION_RESEND_SECONDS = env.int("TOOLGATE_EXECUTION_RESEND_SECONDS", default=60)
 TOOLGATE_EXECUTION_LEASE_SECONDS = env.int("TOOLGATE_EXECUTION_LEASE_SECONDS", default=30)
 # Sending a task gives up after a few quick tries rather than hold a reviewer's request while the

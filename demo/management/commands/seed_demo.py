@@ -25,12 +25,17 @@ from demo.fixtures import (
 )
 from demo.history import demo_history_seed
 from demo.queue import demo_queue_seed
-from dispatch.management.policies import DEFAULT_POLICY, describe_policy, integer_in_range
+from dispatch.management.policies import (
+    DEFAULT_POLICY,
+    currency_limits,
+    describe_policy,
+    integer_in_range,
+)
 from dispatch.models import Agent, Policy
+from dispatch.pipeline.policy import CurrencyLimits
 from dispatch.services import agent_create, agent_token_set, policy_create, token_hash
 from orders.models import Order
 from orders.services import order_create
-from orders.tools import CURRENCIES
 
 # Characters that need no quoting in a shell or an Authorization header.
 _TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9._~-]{16,128}$")
@@ -144,7 +149,11 @@ class Command(BaseCommand):
         agent = Agent.objects.select_for_update().filter(name=DEMO_AGENT_NAME).first()
         if agent is None:
             agent, _ = agent_create(
-                name=DEMO_AGENT_NAME, token=token, allowed_tools=DEMO_TOOLS, **DEFAULT_POLICY
+                name=DEMO_AGENT_NAME,
+                token=token,
+                allowed_tools=DEMO_TOOLS,
+                currencies=_demo_limits(),
+                **DEFAULT_POLICY,
             )
             policy = agent.current_policy
             state = "created"
@@ -153,7 +162,12 @@ class Command(BaseCommand):
             state = "already there; token set and agent active"
             policy = agent.current_policy
             if policy is None or not _is_demo_policy(policy):
-                policy = policy_create(agent=agent, allowed_tools=DEMO_TOOLS, **DEFAULT_POLICY)
+                policy = policy_create(
+                    agent=agent,
+                    allowed_tools=DEMO_TOOLS,
+                    currencies=_demo_limits(),
+                    **DEFAULT_POLICY,
+                )
                 state += f"; demo policy set as v{policy.version}"
         assert policy is not None
         self.stdout.write(f"Agent {DEMO_AGENT_NAME}: {state}.")
@@ -216,9 +230,22 @@ class Command(BaseCommand):
             self.stdout.write(line)
 
 
+# The currencies of the demo's orders: its policy's thresholds and its reviewers' limits are in
+# these; a call in any other is held for a human.
+DEMO_CURRENCIES = ("BRL", "USD", "EUR")
+
+
+def _demo_limits() -> dict[str, CurrencyLimits]:
+    """The default thresholds, in major units, for each currency the demo's orders use."""
+    return currency_limits({}, DEMO_CURRENCIES)
+
+
 def _is_demo_policy(policy: Policy) -> bool:
-    return sorted(policy.allowed_tools) == sorted(DEMO_TOOLS) and all(
-        getattr(policy, field) == value for field, value in DEFAULT_POLICY.items()
+    return (
+        sorted(policy.allowed_tools) == sorted(DEMO_TOOLS)
+        and policy.limits() == _demo_limits()
+        and not policy.human_rules
+        and all(getattr(policy, field) == value for field, value in DEFAULT_POLICY.items())
     )
 
 
@@ -226,7 +253,7 @@ def _set_limits(user: User, limit_cents: int | None) -> None:
     if limit_cents is None:
         ReviewerLimit.objects.filter(reviewer=user).delete()
         return
-    for currency in CURRENCIES:
+    for currency in DEMO_CURRENCIES:
         ReviewerLimit.objects.update_or_create(
             reviewer=user, currency=currency, defaults={"max_amount_cents": limit_cents}
         )

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import IntegrityError, transaction
 
 from dispatch.management.policies import (
+    DEFAULT_LIMITS,
     DEFAULT_POLICY,
-    cents,
-    cents_or_none,
+    LIMIT_FLAGS,
     count,
+    currency_limits,
     describe_policy,
-    positive_cents,
+    human_rule,
+    per_currency,
     ttl_seconds,
 )
 from dispatch.models import Agent
@@ -37,39 +40,62 @@ class Command(BaseCommand):
             metavar="TOOL",
             help="the tools the agent may call, such as: get_order refund_order",
         )
-        parser.add_argument(
-            "--max-amount-cents",
-            type=positive_cents,
-            default=DEFAULT_POLICY["max_amount_cents"],
-            help="the largest amount one call may move (default %(default)s)",
+        money = (
+            " in major units per currency, such as BRL:50 USD:10 JPY:1500 KWD:12.500; a currency "
+            "named by no such option keeps the defaults, and a currency named by none at all is "
+            "held for a human"
         )
         parser.add_argument(
-            "--auto-approve-below-cents",
-            type=cents,
-            default=DEFAULT_POLICY["auto_approve_below_cents"],
-            help="no human is asked while what was auto-approved for the customer and currency "
-            "within the window, the call included, stays below this; 0 holds every call "
-            "(default %(default)s)",
+            "--max-amount",
+            nargs="+",
+            type=per_currency,
+            default=(),
+            metavar="CUR:AMOUNT",
+            help=f"the largest amount one call may move{money} (default "
+            f"{DEFAULT_LIMITS['max_amount']})",
+        )
+        parser.add_argument(
+            "--auto-approve-below",
+            nargs="+",
+            type=per_currency,
+            default=(),
+            metavar="CUR:AMOUNT",
+            help="no human is asked while the customer's sum in the currency within the window "
+            "(everything moved or on its way, the call included) stays below this; 0 holds "
+            f"every call{money} (default {DEFAULT_LIMITS['auto_approve_below']})",
+        )
+        parser.add_argument(
+            "--two-reviewers-from",
+            nargs="+",
+            type=per_currency,
+            default=(),
+            metavar="CUR:AMOUNT",
+            help=f"from this sum two reviewers must approve, CUR:none for never{money} "
+            f"(default {DEFAULT_LIMITS['two_reviewers_from']})",
+        )
+        parser.add_argument(
+            "--daily-cap",
+            nargs="+",
+            type=per_currency,
+            default=(),
+            metavar="CUR:AMOUNT",
+            help=f"what the agent may move without a human per UTC day, CUR:none for no cap"
+            f"{money} (default none)",
+        )
+        parser.add_argument(
+            "--human",
+            nargs="+",
+            type=human_rule,
+            default=(),
+            metavar="TOOL:RULE",
+            help="whether a human decides a tool's calls: never, always or by_amount, such as "
+            "refund_order:always (default: by amount for a high-risk tool, else never)",
         )
         parser.add_argument(
             "--auto-approve-window-seconds",
             type=ttl_seconds,
             default=DEFAULT_POLICY["auto_approve_window_seconds"],
-            help="the rolling window of that sum, at least 60 (default %(default)s)",
-        )
-        parser.add_argument(
-            "--daily-cap-cents",
-            type=cents_or_none,
-            default=DEFAULT_POLICY["daily_cap_cents"],
-            help="what the agent may move without a human per currency and UTC day; 'none' "
-            "for no cap (default %(default)s)",
-        )
-        parser.add_argument(
-            "--two-reviewers-from-cents",
-            type=cents_or_none,
-            default=DEFAULT_POLICY["two_reviewers_from_cents"],
-            help="from this amount two reviewers must approve; 'none' for never "
-            "(default %(default)s)",
+            help="the rolling window of the customer's sum, at least 60 (default %(default)s)",
         )
         parser.add_argument(
             "--step-budget",
@@ -110,17 +136,21 @@ class Command(BaseCommand):
                 webhook_target(webhook_url)
             except WebhookUrlInvalid as exc:
                 raise CommandError(f"--webhook-url: {exc}") from None
+        try:
+            currencies = currency_limits(
+                {flag: options[flag] for flag in LIMIT_FLAGS}, settings.TOOLGATE_POLICY_CURRENCIES
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         secret = None
         try:
             with transaction.atomic():
                 agent, token = agent_create(
                     name=name,
                     allowed_tools=options["tools"],
-                    max_amount_cents=options["max_amount_cents"],
-                    auto_approve_below_cents=options["auto_approve_below_cents"],
+                    currencies=currencies,
+                    humans=dict(options["human"]),
                     auto_approve_window_seconds=options["auto_approve_window_seconds"],
-                    daily_cap_cents=options["daily_cap_cents"],
-                    two_reviewers_from_cents=options["two_reviewers_from_cents"],
                     step_budget=options["step_budget"],
                     repeat_limit=options["repeat_limit"],
                     confirmation_ttl_seconds=options["confirmation_ttl_seconds"],

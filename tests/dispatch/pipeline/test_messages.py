@@ -158,8 +158,8 @@ def test_with_no_obvious_value_it_lists_them_and_says_what_the_field_is() -> Non
     message = refund_message(currency="GBP")
 
     assert message == (
-        'currency: "GBP" is not one of "BRL", "USD", "EUR" '
-        "(the order's own currency, one of BRL, USD, EUR (never converted))"
+        'currency: "GBP" is not one of "BRL", "USD", "EUR", "JPY", "KWD" '
+        "(the order's own currency, one of BRL, USD, EUR, JPY, KWD (never converted))"
     )
 
 
@@ -242,8 +242,8 @@ def test_a_missing_field_is_named_with_what_it_is() -> None:
     message = message_for(RefundOrderArguments, {"order_id": "ORD-1001", "amount_cents": 100})
 
     assert message == (
-        "currency: required but not sent (the order's own currency, one of BRL, USD, EUR "
-        "(never converted)); reason: required but not sent (why the customer is refunded: "
+        "currency: required but not sent (the order's own currency, one of BRL, USD, EUR, JPY, "
+        "KWD (never converted)); reason: required but not sent (why the customer is refunded: "
         "damaged, not_delivered or customer_request)"
     )
 
