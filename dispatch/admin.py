@@ -421,6 +421,15 @@ class PolicyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             ),
         ]
 
+    def get_form(
+        self, request: HttpRequest, obj: Policy | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        # The model's own fields; the thresholds and the rules are the form's (made per currency
+        # and per tool as it starts).
+        if obj is None:
+            kwargs["fields"] = ("agent", *_POLICY_FIELDS)
+        return super().get_form(request, obj, change, **kwargs)
+
     @admin.display(description="thresholds")
     def thresholds(self, policy: Policy) -> str:
         return policy_thresholds_text(policy)

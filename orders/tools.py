@@ -68,8 +68,8 @@ class RefundOrderArguments(BaseModel):
         ge=1,
         le=MAX_REFUND_CENTS,
         description="amount in minor units of the order's currency, as an integer: 25.90 is "
-        "2590 in BRL, USD or EUR (two decimals); in JPY (no decimals) ¥500 is 500; in KWD (three "
-        "decimals) 1.250 is 1250",
+        "2590 (in JPY, which has no minor unit, ¥500 is sent as 500, and in KWD, which has "
+        "three decimals, 1.250 KWD as 1250)",
     )
     currency: Literal["BRL", "USD", "EUR", "JPY", "KWD"] = Field(
         description="the order's own currency, one of BRL, USD, EUR, JPY, KWD (never converted)"

@@ -22,6 +22,7 @@ from dispatch.metrics import (
     rollups_rebuilt,
 )
 from dispatch.models import Agent, AuditRecord, Confirmation, Policy
+from dispatch.pipeline.policy import CurrencyLimits
 from dispatch.services import agent_authenticate, agent_create, token_hash
 from orders.models import Order
 from tests.conftest import Run
@@ -80,9 +81,9 @@ def test_it_creates_the_demo_agent_with_the_documented_token_stored_as_a_hash(ru
     policy = agent.current_policy
     assert policy is not None
     assert sorted(policy.allowed_tools) == ["get_confirmation_status", "get_order", "refund_order"]
-    assert policy.max_amount_cents == 50_000
-    assert policy.auto_approve_below_cents == 5_000
-    assert policy.two_reviewers_from_cents == 30_000
+    # Per currency of the demo's orders, in each one's minor units: 500.00, 50.00 and 300.00.
+    demo = CurrencyLimits(50_000, 5_000, 30_000, None)
+    assert policy.limits() == {"BRL": demo, "EUR": demo, "USD": demo}
 
 
 def test_it_creates_the_users_in_their_groups(run: Run, client: Client) -> None:

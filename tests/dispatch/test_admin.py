@@ -10,6 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from dispatch.models import Agent, AuditRecord, Confirmation, Policy
+from dispatch.pipeline.policy import CurrencyLimits
 from dispatch.services import agent_authenticate, agent_create, call_dispatch
 
 pytestmark = pytest.mark.django_db
@@ -84,15 +85,21 @@ def test_adding_a_policy_makes_a_new_current_version_and_keeps_the_old(
         "/admin/dispatch/policy/add/",
         {
             "agent": agent.pk,
-            "allowed_tools": ["get_order"],
-            "max_amount_cents": 10_000,
-            "auto_approve_below_cents": 0,
+            "allowed_tools": ["get_order", "refund_order"],
             "auto_approve_window_seconds": 86_400,
-            "daily_cap_cents": "",
-            "two_reviewers_from_cents": "",
             "step_budget": 20,
             "repeat_limit": 2,
             "confirmation_ttl_seconds": 3600,
+            "human_refund_order": "always",
+            # In each currency's major units; a currency left empty is held for a human.
+            "BRL_max_amount": "100.00",
+            "BRL_auto_approve_below": "0",
+            "JPY_max_amount": "15000",
+            "JPY_auto_approve_below": "1000",
+            "JPY_two_reviewers_from": "8000",
+            "KWD_max_amount": "30.5",
+            "KWD_auto_approve_below": "2.250",
+            "KWD_daily_cap": "10",
         },
     )
 
@@ -100,14 +107,44 @@ def test_adding_a_policy_makes_a_new_current_version_and_keeps_the_old(
     agent.refresh_from_db()
     current = agent.current_policy
     assert current is not None
-    assert (current.version, current.allowed_tools, current.max_amount_cents) == (
-        2,
-        ["get_order"],
-        10_000,
-    )
+    assert (current.version, current.allowed_tools) == (2, ["get_order", "refund_order"])
+    assert current.limits() == {
+        "BRL": CurrencyLimits(10_000, 0, None, None),
+        "JPY": CurrencyLimits(15_000, 1_000, 8_000, None),
+        "KWD": CurrencyLimits(30_500, 2_250, None, 10_000),
+    }
+    assert current.human_rules == {"refund_order": "always"}
     assert current.created_by == admin_user
     first.refresh_from_db()
-    assert (first.version, first.max_amount_cents) == (1, 50_000)
+    assert (first.version, first.currency_limits) == (1, agent_first_limits(first))
+
+
+def agent_first_limits(policy: Policy) -> dict[str, dict[str, int | None]]:
+    return dict(policy.currency_limits or {})
+
+
+def test_an_amount_finer_than_its_currency_is_a_form_error(
+    admin_client: Client, agent: Agent
+) -> None:
+    response = admin_client.post(
+        "/admin/dispatch/policy/add/",
+        {
+            "agent": agent.pk,
+            "allowed_tools": ["get_order"],
+            "auto_approve_window_seconds": 86_400,
+            "step_budget": 20,
+            "repeat_limit": 2,
+            "confirmation_ttl_seconds": 3600,
+            "JPY_max_amount": "150.5",
+            "JPY_auto_approve_below": "0",
+        },
+    )
+
+    assert response.status_code == 200
+    assert "JPY max amount a call: 150.5 JPY is finer than its smallest unit" in (
+        response.content.decode()
+    )
+    assert Policy.objects.filter(agent=agent).count() == 1
 
 
 def test_the_add_form_for_an_agent_starts_from_its_current_policy(
@@ -116,23 +153,27 @@ def test_the_add_form_for_an_agent_starts_from_its_current_policy(
     response = admin_client.get("/admin/dispatch/policy/add/", {"agent": agent.pk})
 
     assert response.status_code == 200
-    assert b'name="max_amount_cents" value="50000"' in response.content
+    # 50000 minor units of BRL, shown as the 500.00 an operator enters.
+    assert b'name="BRL_max_amount" value="500.00"' in response.content
+    assert b'name="KWD_max_amount"' in response.content
     assert b"never edited" in response.content
 
 
 def test_a_policy_version_is_never_edited_or_deleted(admin_client: Client, agent: Agent) -> None:
     policy = agent.current_policy
     assert policy is not None
+    limits = policy.currency_limits
 
     page = admin_client.get(f"/admin/dispatch/policy/{policy.pk}/change/")
-    edit = admin_client.post(f"/admin/dispatch/policy/{policy.pk}/change/", {"max_amount_cents": 1})
+    edit = admin_client.post(f"/admin/dispatch/policy/{policy.pk}/change/", {"BRL_max_amount": "1"})
     delete = admin_client.post(f"/admin/dispatch/policy/{policy.pk}/delete/")
 
     assert page.status_code == 200
-    assert b'name="max_amount_cents"' not in page.content
+    assert b'name="BRL_max_amount"' not in page.content
+    assert b"BRL: max 500.00" in page.content
     assert (edit.status_code, delete.status_code) == (403, 403)
     policy.refresh_from_db()
-    assert policy.max_amount_cents == 50_000
+    assert policy.currency_limits == limits
     assert Policy.objects.count() == 1
 
 

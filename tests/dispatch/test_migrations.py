@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.apps import apps as django_apps
 from django.apps.registry import Apps
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
+from dispatch.metrics import policy_what_if
+from dispatch.models import Agent, Policy
 from dispatch.pipeline.allowance import execution_key
+from orders.models import Order
+from tests.conftest import Run
 
 BEFORE_HELD_MONEY = ("dispatch", "0014_security_event_channel_host_key_session")
 HELD_MONEY = ("dispatch", "0015_held_money")
@@ -83,3 +89,46 @@ def test_the_migration_reserves_the_money_of_confirmations_still_on_their_way(
         execution_key(approved.pk): ("approved", 6_000, "BRL", "ORD-1001", None),
         execution_key(executing.pk): ("approved", 6_000, "BRL", "ORD-1001", None),
     }
+
+
+def test_the_policy_versions_per_currency_judge_the_demos_traffic_as_the_old_ones(
+    run: Run,
+) -> None:
+    run("seed_demo", "--force", "--history-sessions", "120")
+    agent = Agent.objects.get(name="demo-agent")
+    recorded = agent.current_policy
+    assert recorded is not None
+    # The version as it was before thresholds were kept per currency: one set for all.
+    old = Policy.objects.create(
+        agent=agent,
+        version=recorded.version + 1,
+        allowed_tools=recorded.allowed_tools,
+        currency_limits=None,
+        max_amount_cents=50_000,
+        auto_approve_below_cents=5_000,
+        two_reviewers_from_cents=30_000,
+        daily_cap_cents=None,
+    )
+    agent.current_policy = old
+    agent.save(update_fields=["current_policy"])
+
+    migration = importlib.import_module("dispatch.migrations.0016_policies_per_currency")
+    migration._versions_per_currency(django_apps, None)
+
+    agent.refresh_from_db()
+    new = agent.current_policy
+    assert new is not None and new.version == old.version + 1
+    assert set(new.limits() or {}) == set(Order.objects.values_list("currency", flat=True))
+    now = timezone.now()
+    under = {
+        version.version: policy_what_if(
+            agent_id=agent.pk,
+            since=now - timedelta(days=31),
+            until=now,
+            draft=version.snapshot(),
+        )
+        for version in (old, new)
+    }
+    assert under[old.version].calls == under[new.version].calls > 0
+    # Each reproduces every recorded outcome, so the two agree call for call.
+    assert under[old.version].moves == under[new.version].moves == ()

@@ -158,7 +158,7 @@ CASES: list[tuple[str, Any, str, str]] = [
         "a lower-case currency",
         refund_with(currency="brl"),
         "INVALID_ARGUMENTS",
-        'currency: "brl" is not one of "BRL", "USD", "EUR" (send "BRL")',
+        'currency: "brl" is not one of "BRL", "USD", "EUR", "JPY", "KWD" (send "BRL")',
     ),
     (
         "a currency with a Cyrillic Ve (U+0412)",

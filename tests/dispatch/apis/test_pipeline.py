@@ -251,8 +251,9 @@ def test_it_refuses_an_amount_above_the_agents_limit(
     result = api.refund(501)
 
     assert result["code"] == "POLICY_LIMIT"
-    assert result["data"] == {"limit_cents": 500}
-    assert result["message"].startswith("amount_cents: 501 is above this agent's limit of 500")
+    # The limit is the currency's: the data and the message say which.
+    assert result["data"] == {"limit_cents": 500, "currency": "BRL"}
+    assert result["message"].startswith("amount_cents: 501 is above this agent's limit of 500 BRL")
     assert ledger.state() == (0, 0)
     assert api.refund(500)["ok"]
     assert ledger.state() == (1, 500)

@@ -7,6 +7,7 @@ from django.core.management.base import CommandError
 from django.test import Client
 
 from dispatch.models import Agent
+from dispatch.pipeline.policy import CurrencyLimits
 from dispatch.services import agent_authenticate, token_hash
 from tests.conftest import Run, printed_token
 
@@ -35,10 +36,18 @@ def test_it_creates_the_first_policy_version_with_sensible_defaults(run: Run) ->
     policy = Agent.objects.get(name="reader").current_policy
     assert policy is not None
     assert (policy.version, policy.allowed_tools) == (1, ["get_order"])
-    assert (policy.max_amount_cents, policy.auto_approve_below_cents) == (50_000, 5_000)
-    assert (policy.two_reviewers_from_cents, policy.step_budget) == (30_000, 50)
-    assert (policy.repeat_limit, policy.confirmation_ttl_seconds) == (3, 86_400)
+    # The defaults, 500.00 a call, 50.00 without a human, two reviewers from 300.00, in each
+    # default currency's own minor units.
+    defaults = CurrencyLimits(50_000, 5_000, 30_000, None)
+    assert policy.limits() == {"BRL": defaults, "EUR": defaults, "USD": defaults}
+    assert (policy.step_budget, policy.repeat_limit, policy.confirmation_ttl_seconds) == (
+        50,
+        3,
+        86_400,
+    )
     assert "Policy v1 of reader:" in output
+    assert "BRL" in output and "max 500.00 BRL a call" in output
+    assert "other currencies" in output and "held for a human" in output
     assert "86400 s (24 h)" in output
 
 
@@ -48,12 +57,19 @@ def test_it_takes_every_limit_from_the_command_line(run: Run) -> None:
         "strict-bot",
         "--tools",
         "refund_order",
-        "--max-amount-cents",
-        "20000",
-        "--auto-approve-below-cents",
-        "0",
-        "--two-reviewers-from-cents",
-        "none",
+        "--max-amount",
+        "BRL:200",
+        "JPY:30000",
+        "KWD:60.5",
+        "--auto-approve-below",
+        "BRL:0",
+        "JPY:5000",
+        "--two-reviewers-from",
+        "BRL:none",
+        "--daily-cap",
+        "KWD:12.250",
+        "--human",
+        "refund_order:always",
         "--step-budget",
         "10",
         "--repeat-limit",
@@ -64,9 +80,13 @@ def test_it_takes_every_limit_from_the_command_line(run: Run) -> None:
 
     policy = Agent.objects.get(name="strict-bot").current_policy
     assert policy is not None
-    assert policy.max_amount_cents == 20_000
-    assert policy.auto_approve_below_cents == 0
-    assert policy.two_reviewers_from_cents is None
+    # Each in its currency's minor units: JPY has none, KWD three decimals.
+    assert policy.limits() == {
+        "BRL": CurrencyLimits(20_000, 0, None, None),
+        "JPY": CurrencyLimits(30_000, 5_000, 300, None),
+        "KWD": CurrencyLimits(60_500, 50_000, 300_000, 12_250),
+    }
+    assert policy.human_rules == {"refund_order": "always"}
     assert (policy.step_budget, policy.repeat_limit, policy.confirmation_ttl_seconds) == (
         10,
         1,
@@ -93,10 +113,13 @@ def test_it_refuses_unknown_tools_and_creates_nothing(run: Run) -> None:
 @pytest.mark.parametrize(
     ("option", "value"),
     [
-        ("--max-amount-cents", "25.90"),
-        ("--max-amount-cents", "0"),
-        ("--auto-approve-below-cents", "-1"),
-        ("--two-reviewers-from-cents", "many"),
+        ("--max-amount", "BRL:25.901"),
+        ("--max-amount", "JPY:25.5"),
+        ("--max-amount", "BRL:0"),
+        ("--max-amount", "50"),
+        ("--auto-approve-below", "BRL:-1"),
+        ("--two-reviewers-from", "BRL:many"),
+        ("--human", "refund_order:sometimes"),
         ("--step-budget", "0"),
         ("--repeat-limit", "3.5"),
         ("--confirmation-ttl-seconds", "30"),

@@ -100,7 +100,8 @@ def test_a_value_of_another_type_gets_the_fields_description(value: Any, shown: 
     assert message.startswith(f"amount_cents: {shown}")
     assert message.endswith(
         "not an integer (amount in minor units of the order's currency, as an integer: "
-        "25.90 is 2590)"
+        "25.90 is 2590 (in JPY, which has no minor unit, ¥500 is sent as 500, and in KWD, which "
+        "has three decimals, 1.250 KWD as 1250))"
     )
 
 
@@ -137,7 +138,9 @@ def test_a_number_too_long_to_print_is_described_not_echoed() -> None:
 def test_it_names_the_allowed_values_and_the_one_meant() -> None:
     message = refund_message(currency="brl")
 
-    assert message == 'currency: "brl" is not one of "BRL", "USD", "EUR" (send "BRL")'
+    assert message == (
+        'currency: "brl" is not one of "BRL", "USD", "EUR", "JPY", "KWD" (send "BRL")'
+    )
 
 
 @pytest.mark.parametrize(
