@@ -39,7 +39,7 @@ from dispatch.held_money import (
     held_money_sum,
 )
 from dispatch.metrics import BY_EXPIRY, decision_count
-from dispatch.models import Agent, Confirmation, ConfirmationStatus, IdempotencyStatus
+from dispatch.models import Agent, Confirmation, ConfirmationStatus
 from dispatch.pipeline import codes
 from dispatch.pipeline.allowance import HeldSum
 from dispatch.pipeline.engine import Refusal, RetryPolicy, execute_with_retries, recheck
@@ -202,9 +202,7 @@ def _approve(
         webhook_enqueue(confirmation=confirmation, event="invalidated")
         held_money_released(confirmation=confirmation, now=now)
         # The call no longer passes: an identical call is judged anew.
-        held_key_settle(
-            confirmation=confirmation, status=IdempotencyStatus.OPEN, result=None, live=False
-        )
+        held_key_settle(confirmation=confirmation, status=KeyStatus.OPEN, result=None, live=False)
         return confirmation
 
     confirmation.status = ConfirmationStatus.APPROVED
@@ -215,9 +213,7 @@ def _approve(
     webhook_enqueue(confirmation=confirmation, event="approved")
     held_money_approved(confirmation=confirmation)
     # Held until its execution ends: an identical call gets the confirmation's state meanwhile.
-    held_key_settle(
-        confirmation=confirmation, status=IdempotencyStatus.HELD, result=None, live=True
-    )
+    held_key_settle(confirmation=confirmation, status=KeyStatus.HELD, result=None, live=True)
     transaction.on_commit(lambda: execution_send(confirmation_id=confirmation.pk))
     return confirmation
 
@@ -291,7 +287,7 @@ def _reject(
     # An identical call replays the rejection.
     held_key_settle(
         confirmation=confirmation,
-        status=IdempotencyStatus.COMPLETED,
+        status=KeyStatus.COMPLETED,
         result=confirmation.result,
         live=False,
     )
@@ -609,9 +605,7 @@ def _expire_if_due(confirmation: Confirmation, now: datetime) -> bool:
     webhook_enqueue(confirmation=confirmation, event="expired")
     held_money_released(confirmation=confirmation, now=now)
     # An expired call may be held again.
-    held_key_settle(
-        confirmation=confirmation, status=IdempotencyStatus.OPEN, result=None, live=False
-    )
+    held_key_settle(confirmation=confirmation, status=KeyStatus.OPEN, result=None, live=False)
     return True
 
 
@@ -643,13 +637,11 @@ def _finish(
     if status == ConfirmationStatus.UNKNOWN:
         # Until a reviewer reconciles it, an identical call gets its state, and its money, which
         # may have moved, still counts.
-        held_key_settle(
-            confirmation=confirmation, status=IdempotencyStatus.HELD, result=None, live=True
-        )
+        held_key_settle(confirmation=confirmation, status=KeyStatus.HELD, result=None, live=True)
         return confirmation
     held_key_settle(
         confirmation=confirmation,
-        status=IdempotencyStatus.COMPLETED,
+        status=KeyStatus.COMPLETED,
         result=confirmation.result,
         live=False,
     )

@@ -31,15 +31,10 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from dispatch.models import (
-    Confirmation,
-    IdempotencyRecord,
-    IdempotencyStatus,
-    Movement,
-    MovementApproval,
-)
+from dispatch.models import Confirmation, IdempotencyRecord, Movement, MovementApproval
 from dispatch.pipeline.allowance import AllowanceRequest, HeldSum, held_sum
 from dispatch.pipeline.policy import Policy
+from dispatch.pipeline.state import KeyStatus
 from dispatch.registry import tool_registry
 from dispatch.store.allowance import allowance_read
 
@@ -153,7 +148,7 @@ def held_key_settle(
 
     live: the record stays held with no expiry, so an identical call gets the confirmation."""
     changes: dict[str, Any] = {
-        "status": IdempotencyStatus(status),
+        "status": KeyStatus(status).value,
         "result": result,
         "updated_at": timezone.now(),
     }

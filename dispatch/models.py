@@ -9,6 +9,7 @@ from django.db import models
 from dispatch.pipeline.allowance import execution_key
 from dispatch.pipeline.policy import CurrencyLimits, HumanRule
 from dispatch.pipeline.policy import Policy as PolicySnapshot
+from dispatch.pipeline.state import KeyStatus
 
 
 class Agent(models.Model):
@@ -140,14 +141,6 @@ class Session(models.Model):
         return f"{self.session_id} ({self.customer_id})"
 
 
-class IdempotencyStatus(models.TextChoices):
-    IN_PROGRESS = "in_progress"
-    OPEN = "open"
-    COMPLETED = "completed"
-    HELD = "held"
-    UNKNOWN = "unknown"
-
-
 class IdempotencyRecord(models.Model):
     """One per idempotency key: how often it was sent, where it stands, what to replay."""
 
@@ -156,7 +149,10 @@ class IdempotencyRecord(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
     session_id = models.CharField(max_length=128)
     tool = models.CharField(max_length=64)
-    status = models.CharField(max_length=16, choices=IdempotencyStatus.choices)
+    # The key's status as the core's decision table names it (dispatch.pipeline.state.KeyStatus).
+    status = models.CharField(
+        max_length=16, choices=[(status.value, status.value) for status in KeyStatus]
+    )
     attempts = models.PositiveIntegerField(default=0)
     result = models.JSONField(null=True, blank=True)
     confirmation_id = models.CharField(max_length=32, blank=True, default="")
