@@ -1,14 +1,15 @@
 """Tool declarations and the one registry through which domains offer them.
 
 A tool is declared once: its argument model (strict pydantic), its business check (no side
-effects), its handler (the effect) and its flags. Everything else — validation, JSON Schema, the
-vendor formats, the labels of the dashboard — is derived from the declaration.
+effects), its handler (the effect), its flags, and what a reviewer sees of a held call (its
+review and its words). Everything else — validation, JSON Schema, the vendor formats, the labels
+of the dashboard, the reviewer's card — is derived from the declaration.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -86,11 +87,54 @@ class OutcomeUnknownError(Exception):
     """
 
 
+class FactKind(enum.StrEnum):
+    TEXT = "text"
+    # An amount in minor units of the call's currency (or the review's, for a call that names
+    # none), which the reviewer's pages format.
+    MONEY = "money"
+
+
+class Fact(NamedTuple):
+    """One thing a reviewer glances at before deciding (an order's total, what remains)."""
+
+    label: str
+    value: int | str
+    kind: FactKind = FactKind.TEXT
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewView:
+    """What a reviewer sees of a held call's subject as it is now, as its domain words it."""
+
+    # What the call is about, and its id: ("Order", "ORD-1001").
+    subject_label: str
+    subject: str
+    # Whether the subject still exists for the call's customer; a missing one has no facts.
+    found: bool = True
+    facts: tuple[Fact, ...] = ()
+    # The currency of its money facts where the call names none (one that moves no money).
+    currency: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolWords:
+    """How people speak of a tool's action, in the pages and messages about its held calls; the
+    tool's label names it in headings ("Refund order")."""
+
+    # "a refund", "refunds": what is waiting, and what a duplicate would repeat.
+    noun: str
+    plural: str
+    # "the most this agent may refund without a human", "already refunded to this customer".
+    verb: str
+    past: str
+
+
 Check = Callable[[Args, CheckContext], Rejection | None]
 Handler = Callable[[Args, ExecutionContext], Mapping[str, Any]]
 # The record a call reads first, from its arguments and its customer's id.
 LookupOf = Callable[[Args, str], Lookup]
-ReviewContext = Callable[[Args, str], Mapping[str, Any] | None]
+# What a reviewer sees of a held call, from its arguments and its customer's id.
+ReviewOf = Callable[[Args, str], ReviewView]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +163,9 @@ class ToolSpec(Generic[Args]):
     # may read with the call's opening and hand back in the context's read_ahead.
     lookup: LookupOf[Args] | None = None
     # What a reviewer sees of the live state before deciding a held call (for a refund: the
-    # order's total, what is refunded and what remains), from its arguments and customer's id.
-    review_context: ReviewContext[Args] | None = None
+    # order, its total, what is refunded and what remains), and the words for its action.
+    review: ReviewOf[Args] | None = None
+    words: ToolWords | None = None
     # What the system of record did under an idempotency key (a refund's receipt), or None if
     # nothing: how an execution whose outcome was lost is reconciled.
     outcome_of: Callable[[str], Mapping[str, Any] | None] | None = None
@@ -145,6 +190,31 @@ class ToolSpec(Generic[Args]):
 
     def json_schema(self) -> dict[str, Any]:
         return self.arguments.model_json_schema()
+
+    @property
+    def title(self) -> str:
+        """The action's name in headings and messages: its label, or else its name."""
+        return self.label or self.name
+
+    @property
+    def action_words(self) -> ToolWords:
+        """The words for its action: as declared, or plain ones made from its title."""
+        if self.words is not None:
+            return self.words
+        noun = f"{self.title.replace('_', ' ').lower()} call"
+        return ToolWords(noun=noun, plural=f"{noun}s", verb="move", past="moved")
+
+
+def held_plurals(specs: Iterable[ToolSpec[Any]]) -> str:
+    """What a human may be asked to decide, in the tools' own words ("refunds and vouchers"):
+    the calls of high-risk tools; "held calls" where there is none."""
+    held = (spec.action_words.plural for spec in specs if spec.risk is Risk.HIGH)
+    plurals = list(dict.fromkeys(held))
+    if not plurals:
+        return "held calls"
+    if len(plurals) == 1:
+        return plurals[0]
+    return ", ".join(plurals[:-1]) + " and " + plurals[-1]
 
 
 @dataclass(frozen=True, slots=True)
