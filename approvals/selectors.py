@@ -23,7 +23,8 @@ from approvals.money import money
 from dispatch.held_money import held_money_sum
 from dispatch.models import AuditRecord, Confirmation, ConfirmationStatus, Movement
 from dispatch.pipeline.allowance import HeldSum
-from dispatch.pipeline.tools import FactKind, ReviewView, ToolSpec, ToolWords, held_plurals
+from dispatch.pipeline.review import FactKind, ReviewView, ToolWords
+from dispatch.pipeline.tools import ToolSpec, held_plurals
 from dispatch.registry import tool_registry
 
 REVIEWERS_GROUP = "reviewers"

@@ -13,18 +13,15 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field
 
 from dispatch.pipeline.codes import Code
+from dispatch.pipeline.review import Fact, FactKind, ReviewView, ToolWords
 from dispatch.pipeline.state import Lookup
 from dispatch.pipeline.tools import (
     CheckContext,
     ExecutionContext,
-    Fact,
-    FactKind,
     Refused,
     Rejection,
-    ReviewView,
     Risk,
     ToolSpec,
-    ToolWords,
 )
 from orders.book import OrderBook, OrderView, RefundReceipt, RefundRefused, order_lookup
 

@@ -18,17 +18,14 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from dispatch.pipeline.codes import Code
+from dispatch.pipeline.review import Fact, FactKind, ReviewView, ToolWords
 from dispatch.pipeline.tools import (
     CheckContext,
     ExecutionContext,
-    Fact,
-    FactKind,
     Refused,
     Rejection,
-    ReviewView,
     Risk,
     ToolSpec,
-    ToolWords,
 )
 from dispatch.registry import tool_registry
 

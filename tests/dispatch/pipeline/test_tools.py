@@ -6,14 +6,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from dispatch.pipeline.review import Fact, FactKind, ReviewView, ToolWords
 from dispatch.pipeline.tools import (
     ExecutionContext,
-    Fact,
-    FactKind,
-    ReviewView,
     Risk,
     ToolSpec,
-    ToolWords,
     held_plurals,
 )
 from orders.tools import RefundOrderArguments
