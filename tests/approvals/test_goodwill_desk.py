@@ -159,8 +159,8 @@ def test_mcp_tells_its_clients_what_may_be_held_in_the_tools_words(desk: Goodwil
 
 # Where no domain is named: the reviewer's code and pages, and dispatch's, outside comments and
 # docstrings. The policy's help texts and the agent command's example are their owners' words.
-# SQL's ORDER BY and "in order" are no domain's.
-DOMAIN_WORDS = re.compile(r"(?i:refund)|(?<!in )\b[Oo]rder(s|ed)?\b")
+# SQL's ORDER BY, "in order" and "the order they came in" are no domain's.
+DOMAIN_WORDS = re.compile(r"(?i:refund)|(?<!in )\b[Oo]rder(s|ed)?\b(?! (they|it|of|to)\b)")
 NOT_SCANNED = {"dispatch/models.py", "dispatch/management"}
 
 
