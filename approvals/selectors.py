@@ -23,14 +23,15 @@ from approvals.money import money
 from dispatch.held_money import held_money_sum
 from dispatch.models import AuditRecord, Confirmation, ConfirmationStatus, Movement
 from dispatch.pipeline.allowance import HeldSum
-from dispatch.pipeline.tools import ToolSpec
+from dispatch.pipeline.review import FactKind, ReviewView, ToolWords
+from dispatch.pipeline.tools import ToolSpec, held_plurals
 from dispatch.registry import tool_registry
 
 REVIEWERS_GROUP = "reviewers"
 MANAGERS_GROUP = "managers"
 
-# How many pending items the queue shows at once: each reads its order and its conversation, and
-# the page reloads every few seconds.
+# How many pending items the queue shows at once: each reads its subject and its conversation,
+# and the page reloads every few seconds.
 QUEUE_SHOWN = 50
 # How many of the session's earlier calls an item shows (the latest ones).
 EARLIER_CALLS_SHOWN = 10
@@ -71,6 +72,11 @@ def pending_queryset(now: datetime | None = None) -> QuerySet[Confirmation]:
 
 def pending_count() -> int:
     return pending_queryset().count()
+
+
+def what_is_held() -> str:
+    """What the queue holds, in the registered tools' words: "refunds", "refunds and vouchers"."""
+    return held_plurals(tool_registry)
 
 
 def unknown_count() -> int:
@@ -178,22 +184,31 @@ class DuplicateNote:
 class Detail:
     label: str
     value: str
+    # An amount, aligned as a figure.
+    money: bool = False
+
+
+# The words for a call whose tool is gone from the registry.
+PLAIN_WORDS = ToolWords(noun="call", plural="calls", verb="move", past="moved")
 
 
 @dataclass(slots=True)
 class ReviewItem:
     confirmation: Confirmation
     status: str
+    # The action's name, and the words for it, as its tool declares them.
     tool_label: str
+    words: ToolWords
     amount_cents: int | None
     currency: str
     amount: str
     subject: str
     # Arguments other than the amount, the currency and the subject (a refund's reason).
     other_arguments: tuple[Detail, ...]
-    # The tool's view of the live state (for a refund, the order), or None if it is gone.
-    live: Mapping[str, Any] | None
-    live_amounts: tuple[Detail, ...]
+    # What the tool shows of its subject as it is now (for a refund, the order), and its facts
+    # formatted; None where the tool declares no review or its arguments no longer validate.
+    review: ReviewView | None
+    facts: tuple[Detail, ...]
     approvals: ApprovalNeeds
     hold: HoldExplanation | None
     earlier_calls: Sequence[AuditRecord]
@@ -213,6 +228,11 @@ class ReviewItem:
     @property
     def title(self) -> str:
         return " ".join(part for part in (self.amount, self.subject) if part)
+
+    @property
+    def subject_gone(self) -> bool:
+        """Its subject no longer exists for the customer (the order was deleted, say)."""
+        return self.review is not None and not self.review.found
 
     @property
     def earlier_rejected(self) -> int:
@@ -274,21 +294,23 @@ def review_items(
         currency = spec.currency_of(arguments) if spec and arguments else ""
         amount_cents = confirmation.amount_cents
         amount = money(amount_cents, currency) if amount_cents is not None and currency else ""
-        live = _live_state(spec, arguments, confirmation.customer_id)
+        review = _review(spec, arguments, confirmation.customer_id)
+        words = spec.action_words if spec else PLAIN_WORDS
         status = effective_status(confirmation, now)
         held = _held_sum(confirmation, now) if status == ConfirmationStatus.PENDING else None
         items.append(
             ReviewItem(
                 confirmation=confirmation,
                 status=status,
-                tool_label=(spec.label if spec and spec.label else confirmation.tool),
+                tool_label=spec.title if spec else confirmation.tool,
+                words=words,
                 amount_cents=amount_cents,
                 currency=currency,
                 amount=amount,
-                subject=spec.subject_of(arguments) if spec and arguments else "",
+                subject=_subject(spec, arguments, review),
                 other_arguments=_other_arguments(spec, confirmation.arguments),
-                live=live,
-                live_amounts=_live_amounts(live),
+                review=review,
+                facts=_facts(review, currency),
                 approvals=_approval_needs(
                     confirmation,
                     votes.get(confirmation.id, []),
@@ -298,7 +320,7 @@ def review_items(
                     held=held,
                     reader=reader,
                 ),
-                hold=hold_explanation(confirmation.hold_reason, currency),
+                hold=hold_explanation(confirmation.hold_reason, currency, words),
                 earlier_calls=earlier_calls(confirmation),
                 expiring_soon=status == ConfirmationStatus.PENDING
                 and confirmation.expires_at <= soon,
@@ -524,27 +546,33 @@ def _validated(spec: ToolSpec[Any] | None, arguments: Mapping[str, Any]) -> Base
     return validated
 
 
-def _live_state(
+def _review(
     spec: ToolSpec[Any] | None, arguments: BaseModel | None, customer_id: str
-) -> Mapping[str, Any] | None:
-    if spec is None or arguments is None or spec.review_context is None:
+) -> ReviewView | None:
+    if spec is None or arguments is None or spec.review is None:
         return None
-    return spec.review_context(arguments, customer_id)
+    return spec.review(arguments, customer_id)
 
 
-def _live_amounts(live: Mapping[str, Any] | None) -> tuple[Detail, ...]:
-    if live is None or not isinstance(live.get("currency"), str):
+def _subject(
+    spec: ToolSpec[Any] | None, arguments: BaseModel | None, review: ReviewView | None
+) -> str:
+    if review is not None and review.subject:
+        return review.subject
+    return spec.subject_of(arguments) if spec and arguments else ""
+
+
+def _facts(review: ReviewView | None, currency: str) -> tuple[Detail, ...]:
+    """The review's facts as a reviewer reads them: amounts in the call's currency (or the
+    review's) as people write it (R$ 120,00), the rest as the tool put it."""
+    if review is None:
         return ()
-    currency = live["currency"]
-    rows = (
-        ("Order total", "total_cents"),
-        ("Already refunded", "refunded_cents"),
-        ("Still refundable", "refundable_cents"),
-    )
+    currency = currency or review.currency
     return tuple(
-        Detail(label, money(int(live[key]), currency))
-        for label, key in rows
-        if isinstance(live.get(key), int)
+        Detail(fact.label, money(fact.value, currency), money=True)
+        if fact.kind is FactKind.MONEY and isinstance(fact.value, int) and currency
+        else Detail(fact.label, str(fact.value), money=fact.kind is FactKind.MONEY)
+        for fact in review.facts
     )
 
 
@@ -602,8 +630,11 @@ def _approval_needs(
     )
 
 
-def hold_explanation(reason: Mapping[str, Any] | None, currency: str) -> HoldExplanation | None:
-    """The policy's reason in a reviewer's words; an unknown kind keeps the policy's message."""
+def hold_explanation(
+    reason: Mapping[str, Any] | None, currency: str, words: ToolWords = PLAIN_WORDS
+) -> HoldExplanation | None:
+    """The policy's reason in a reviewer's words (the held tool's words for its action); an
+    unknown kind keeps the policy's message."""
     if not isinstance(reason, Mapping):
         return None
     kind = str(reason.get("kind", ""))
@@ -627,7 +658,7 @@ def hold_explanation(reason: Mapping[str, Any] | None, currency: str) -> HoldExp
     if kind == "amount":
         summary = (
             f"{amount('amount_cents')} is not below {amount('auto_approve_below_cents')}, "
-            "the most this agent may refund without a human."
+            f"the most this agent may {words.verb} without a human."
         )
     elif kind == "window_sum":
         on_its_way = data.get("held_cents") or data.get("reviewed_cents")
@@ -638,7 +669,7 @@ def hold_explanation(reason: Mapping[str, Any] | None, currency: str) -> HoldExp
             + f"), the sum is {amount('sum_cents')}: not below "
             f"{amount('auto_approve_below_cents')}."
             if on_its_way
-            else f"With what was already refunded to this customer without a human recently "
+            else f"With what was already {words.past} to this customer without a human recently "
             f"({amount('earlier_cents')}), the sum is {amount('sum_cents')}: not below "
             f"{amount('auto_approve_below_cents')}."
         )
@@ -646,6 +677,11 @@ def hold_explanation(reason: Mapping[str, Any] | None, currency: str) -> HoldExp
         summary = (
             f"The agent already moved {amount('agent_day_cents')} without a human today (UTC); "
             f"this would pass its daily cap of {amount('daily_cap_cents')}."
+        )
+    elif kind == "high_risk":
+        summary = (
+            f"It moves no amount that the policy could weigh, so a human decides every "
+            f"{words.noun}."
         )
     elif kind == "possible_duplicate":
         summary = (

@@ -81,7 +81,11 @@ class HistoryTable(tables.Table):  # type: ignore[misc]
         return money(value, currency) if currency else str(value)
 
     def render_subject(self, record: Confirmation) -> str:
-        return confirmation_subject(record) or record.tool
+        """What was held, as the queue's card names it: the action, and what it is for."""
+        spec = tool_registry.get(record.tool)
+        action = spec.title if spec is not None else record.tool
+        subject = confirmation_subject(record)
+        return f"{action} · {subject}" if subject else action
 
     def render_status(self, record: Confirmation) -> str:
         return status_pill(effective_status(record))

@@ -62,6 +62,7 @@ def queue(request: HttpRequest) -> HttpResponse:
     context = {
         "items": items,
         "pending_total": selectors.pending_count(),
+        "what_is_held": selectors.what_is_held(),
         "in_flight": selectors.in_flight_items(reader=reader),
         "unknown_count": selectors.unknown_count(),
         "refresh_seconds": settings.TOOLGATE_QUEUE_REFRESH_SECONDS,
@@ -185,6 +186,7 @@ def reconciliation(request: HttpRequest) -> HttpResponse:
         "approvals/reconciliation.html",
         {
             "items": selectors.reconciliation_items(reader=_reader(request)),
+            "what_is_held": selectors.what_is_held(),
             "next": reverse("approvals:reconciliation"),
         },
     )

@@ -204,7 +204,7 @@ def make_calls(count: int, seed: int) -> list[Call]:
                 tool, arguments = "get_order", _args(order_id=order_id, include="history")
                 expect = "INVALID_ARGUMENTS"
             elif kind == "unknown_tool":
-                tool, arguments = "cancel_order", _args(order_id=order_id)
+                tool, arguments = "teleport_order", _args(order_id=order_id)
                 expect = "UNKNOWN_TOOL"
             elif kind == "replay":
                 assert last_refund is not None

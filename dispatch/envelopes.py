@@ -106,6 +106,10 @@ class ConfirmationDoc(BaseModel):
         "or invalidated"
     )
     tool: str
+    summary: str = Field(
+        description="the call in its tool's own words, for a person: its label, then the amount "
+        "(in minor units) and what it is for"
+    )
     arguments: dict[str, Any]
     reviewers_required: int
     policy_version: int

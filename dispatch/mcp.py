@@ -51,7 +51,8 @@ from dispatch.models import Agent, CallChannel
 from dispatch.pipeline import codes
 from dispatch.pipeline.results import CallResult
 from dispatch.pipeline.state import SessionConflict
-from dispatch.pipeline.tools import ToolSpec
+from dispatch.pipeline.tools import ToolSpec, held_plurals
+from dispatch.registry import tool_registry
 from dispatch.security import RECORDED_STATUSES, Origin, security_event_record
 from dispatch.services import agent_authenticate, call_dispatch
 from dispatch.throttling import RateLimiterUnavailable
@@ -244,6 +245,15 @@ HostOf = Callable[[ServerRequestContext[Any, Any]], Host]
 ArgumentsOf = Callable[[ServerRequestContext[Any, Any]], Mapping[str, Any] | None]
 
 
+def server_instructions() -> str:
+    """What a client is told once: what is held for a human, in the declared tools' words."""
+    return (
+        "Toolgate checks every tool call before anything happens. Amounts are integers in minor "
+        f"units; {held_plurals(tool_registry)} may be held for a human (CONFIRMATION_REQUIRED): "
+        "tell the user, and check later with get_confirmation_status where you have that tool."
+    )
+
+
 def mcp_server(host_of: HostOf, arguments_of: ArgumentsOf) -> Server[Any]:
     """The MCP server; `host_of` says who the host is for a request (called in a worker thread,
     where it may read the database), `arguments_of` what its tools/call's arguments are."""
@@ -276,9 +286,7 @@ def mcp_server(host_of: HostOf, arguments_of: ArgumentsOf) -> Server[Any]:
     return Server(
         SERVER_NAME,
         version=_version(),
-        instructions="Toolgate checks every tool call before anything happens. Amounts are "
-        "integers in minor units; a refund may be held for a human (CONFIRMATION_REQUIRED): "
-        "tell the user, and check it later with get_confirmation_status where you have that tool.",
+        instructions=server_instructions(),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )

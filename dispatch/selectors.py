@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from dispatch.held_money import held_money_of
 from dispatch.models import Agent, AuditRecord, Confirmation, ConfirmationStatus, Session
 from dispatch.pipeline.tools import ToolSpec
 from dispatch.registry import tool_registry
@@ -42,6 +43,19 @@ def confirmation_for_customer(
     ).first()
 
 
+def confirmation_summary(confirmation: Confirmation) -> str:
+    """The held call in its tool's own words, for a person a host or a webhook receiver shows it
+    to: "Refund order: 8000 BRL for ORD-1001"; the amount in minor units, as the API has it."""
+    spec = tool_registry.get(confirmation.tool)
+    if spec is None:
+        return confirmation.tool
+    currency, subject = held_money_of(confirmation)
+    amount = confirmation.amount_cents
+    money = "" if amount is None else f"{amount} {currency}".strip()
+    what = " for ".join(part for part in (money, subject) if part)
+    return f"{spec.title}: {what}" if what else spec.title
+
+
 def confirmation_state(confirmation: Confirmation) -> dict[str, Any]:
     status = confirmation.status
     if status == ConfirmationStatus.PENDING and confirmation.expires_at <= timezone.now():
@@ -50,6 +64,7 @@ def confirmation_state(confirmation: Confirmation) -> dict[str, Any]:
         "confirmation_id": confirmation.id,
         "status": status,
         "tool": confirmation.tool,
+        "summary": confirmation_summary(confirmation),
         "arguments": confirmation.arguments,
         "reviewers_required": confirmation.reviewers_required,
         "policy_version": confirmation.policy_version,

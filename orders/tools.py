@@ -1,4 +1,5 @@
-"""The order tools, declared once: arguments, business check, handler and flags.
+"""The order tools, declared once: arguments, business check, handler, flags, and what a
+reviewer sees of a held refund.
 
 The declarations take an OrderBook, so the very same tools run on the database in the service and
 on an in-memory book in the core's tests and benchmark.
@@ -12,6 +13,7 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field
 
 from dispatch.pipeline.codes import Code
+from dispatch.pipeline.review import Fact, FactKind, ReviewView, ToolWords
 from dispatch.pipeline.state import Lookup
 from dispatch.pipeline.tools import (
     CheckContext,
@@ -52,6 +54,8 @@ AMOUNT_EXCEEDS_REFUNDABLE = Code(
 )
 
 ORDER_ID_DESCRIPTION = "the order's id as the user gave it: ORD- and ASCII digits, such as ORD-1001"
+
+REFUND_WORDS = ToolWords(noun="refund", plural="refunds", verb="refund", past="refunded")
 
 
 class GetOrderArguments(BaseModel):
@@ -98,6 +102,23 @@ def receipt_as_data(receipt: RefundReceipt) -> dict[str, Any]:
         "refunded_cents": receipt.refunded_cents,
         "refundable_cents": receipt.total_cents - receipt.refunded_cents,
     }
+
+
+def order_review(order_id: str, order: OrderView | None) -> ReviewView:
+    """The order as a reviewer glances at it before deciding a refund: what it came to, what went
+    back already and what may still go."""
+    if order is None:
+        return ReviewView("Order", order_id, found=False)
+    money = FactKind.MONEY
+    return ReviewView(
+        "Order",
+        order.order_id,
+        facts=(
+            Fact("Order total", order.total_cents, money),
+            Fact("Already refunded", order.refunded_cents, money),
+            Fact("Still refundable", order.refundable_cents, money),
+        ),
+    )
 
 
 def _not_found(order_id: str) -> Rejection:
@@ -159,11 +180,9 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             return _refused(RefundRefused(RefundRefused.EXCEEDS_REFUNDABLE, order), arguments)
         return None
 
-    def refund_review_context(
-        arguments: RefundOrderArguments, customer_id: str
-    ) -> Mapping[str, Any] | None:
+    def refund_review(arguments: RefundOrderArguments, customer_id: str) -> ReviewView:
         order = book.find(customer_id=customer_id, order_id=arguments.order_id)
-        return None if order is None else {"customer_id": customer_id, **order_as_data(order)}
+        return order_review(arguments.order_id, order)
 
     def refund_order(
         arguments: RefundOrderArguments, context: ExecutionContext
@@ -218,7 +237,8 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             subject_field="order_id",
             codes=(ORDER_NOT_FOUND, CURRENCY_MISMATCH, AMOUNT_EXCEEDS_REFUNDABLE),
             lookup=_the_order,
-            review_context=refund_review_context,
+            review=refund_review,
+            words=REFUND_WORDS,
             outcome_of=refund_outcome,
         ),
     )

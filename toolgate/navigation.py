@@ -13,6 +13,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Permissi
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.functional import SimpleLazyObject
+from django.utils.text import capfirst
 
 from approvals.selectors import (
     MANAGERS_GROUP,
@@ -20,6 +21,7 @@ from approvals.selectors import (
     unknown_count,
     user_in_group,
     user_is_reviewer,
+    what_is_held,
 )
 
 
@@ -75,7 +77,8 @@ def places_for(user: AbstractBaseUser | AnonymousUser) -> list[Place]:
             Place(
                 "Approvals",
                 reverse("approvals:queue"),
-                "Refunds waiting for your decision, the soonest to expire first.",
+                f"{capfirst(what_is_held())} waiting for your decision, the soonest to "
+                "expire first.",
                 count=pending_count(),
                 count_id="nav-pending-count",
             ),

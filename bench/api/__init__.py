@@ -43,7 +43,7 @@ turn), sent in order by one thread, and holds 20 calls, shuffled (a replay after
     wrong_currency   a refund in USD of an order in BRL              CURRENCY_MISMATCH
     invented_order   get_order of an order that does not exist       ORDER_NOT_FOUND
     extra_field      get_order with an argument it does not take     INVALID_ARGUMENTS
-    unknown_tool     cancel_order                                    UNKNOWN_TOOL
+    unknown_tool     teleport_order                                  UNKNOWN_TOOL
 
 A new session every 20 calls keeps every session within its step budget and repeat limit; the
 client checks the code of every answer against the one its kind must get.

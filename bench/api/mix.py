@@ -114,7 +114,7 @@ def session_calls(seed: int, tag: str, number: int) -> list[tuple[str, bytes]]:
         elif kind == "extra_field":
             tool, arguments = "get_order", _args(order_id=order_id, include="history")
         elif kind == "unknown_tool":
-            tool, arguments = "cancel_order", _args(order_id=order_id)
+            tool, arguments = "teleport_order", _args(order_id=order_id)
         else:  # pragma: no cover - the mix above is closed
             raise AssertionError(kind)
         body = {

@@ -1,8 +1,9 @@
 """Tool declarations and the one registry through which domains offer them.
 
 A tool is declared once: its argument model (strict pydantic), its business check (no side
-effects), its handler (the effect) and its flags. Everything else — validation, JSON Schema, the
-vendor formats, the labels of the dashboard — is derived from the declaration.
+effects), its handler (the effect), its flags, and what a reviewer sees of a held call (its
+review and its words). Everything else — validation, JSON Schema, the vendor formats, the labels
+of the dashboard, the reviewer's card — is derived from the declaration.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from pydantic import BaseModel
 
 from dispatch.pipeline.codes import CORE_CODES, Code, CodeCatalogue
+from dispatch.pipeline.review import ReviewView, ToolWords
 from dispatch.pipeline.state import Lookup, ReadAhead
 
 Args = TypeVar("Args", bound=BaseModel)
@@ -99,7 +101,8 @@ MoneyOf = Callable[[Args, CheckContext], Money | None]
 Handler = Callable[[Args, ExecutionContext], Mapping[str, Any]]
 # The record a call reads first, from its arguments and its customer's id.
 LookupOf = Callable[[Args, str], Lookup]
-ReviewContext = Callable[[Args, str], Mapping[str, Any] | None]
+# What a reviewer sees of a held call, from its arguments and its customer's id.
+ReviewOf = Callable[[Args, str], ReviewView]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +131,9 @@ class ToolSpec(Generic[Args]):
     # may read with the call's opening and hand back in the context's read_ahead.
     lookup: LookupOf[Args] | None = None
     # What a reviewer sees of the live state before deciding a held call (for a refund: the
-    # order's total, what is refunded and what remains), from its arguments and customer's id.
-    review_context: ReviewContext[Args] | None = None
+    # order, its total, what is refunded and what remains), and the words for its action.
+    review: ReviewOf[Args] | None = None
+    words: ToolWords | None = None
     # What the system of record did under an idempotency key (a refund's receipt), or None if
     # nothing: how an execution whose outcome was lost is reconciled.
     outcome_of: Callable[[str], Mapping[str, Any] | None] | None = None
@@ -168,6 +172,31 @@ class ToolSpec(Generic[Args]):
 
     def json_schema(self) -> dict[str, Any]:
         return self.arguments.model_json_schema()
+
+    @property
+    def title(self) -> str:
+        """The action's name in headings and messages: its label, or else its name."""
+        return self.label or self.name
+
+    @property
+    def action_words(self) -> ToolWords:
+        """The words for its action: as declared, or plain ones made from its title."""
+        if self.words is not None:
+            return self.words
+        noun = f"{self.title.replace('_', ' ').lower()} call"
+        return ToolWords(noun=noun, plural=f"{noun}s", verb="move", past="moved")
+
+
+def held_plurals(specs: Iterable[ToolSpec[Any]]) -> str:
+    """What a human may be asked to decide, in the tools' own words ("refunds and vouchers"):
+    the calls of high-risk tools; "held calls" where there is none."""
+    held = (spec.action_words.plural for spec in specs if spec.risk is Risk.HIGH)
+    plurals = list(dict.fromkeys(held))
+    if not plurals:
+        return "held calls"
+    if len(plurals) == 1:
+        return plurals[0]
+    return ", ".join(plurals[:-1]) + " and " + plurals[-1]
 
 
 @dataclass(frozen=True, slots=True)

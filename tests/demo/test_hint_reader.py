@@ -120,7 +120,7 @@ def test_it_calls_the_tool_it_meant_when_the_message_lists_it() -> None:
     sent = {"order_id": "ORD-1001"}
 
     listed = run_once(harness, "lookup_order", sent, "get_order")
-    not_listed = run_once(harness, "lookup_order", sent, "cancel_order")
+    not_listed = run_once(harness, "lookup_order", sent, "teleport_order")
 
     assert listed == ("get_order", sent)
     assert not_listed is None

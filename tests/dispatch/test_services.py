@@ -125,7 +125,7 @@ def test_a_rejected_call_of_an_unknown_tool_needs_no_transaction(make_agent: Mak
     agent, _ = make_agent()
 
     def unknown() -> None:
-        result = call(agent, "cancel_order", {})
+        result = call(agent, "teleport_order", {})
         assert result.code == "UNKNOWN_TOOL"
 
     # the step, the audit record
@@ -137,7 +137,7 @@ def test_a_rejected_call_of_an_unknown_tool_needs_no_transaction(make_agent: Mak
 def test_a_reads_asynchronous_first_commit_does_not_outlive_it(make_agent: MakeAgent) -> None:
     agent, _ = make_agent()
     for step in range(2):
-        call(agent, "get_order" if step else "cancel_order", {"order_id": "ORD-1001"})
+        call(agent, "get_order" if step else "teleport_order", {"order_id": "ORD-1001"})
 
     with connection.cursor() as cursor:
         cursor.execute("SHOW synchronous_commit")
@@ -183,7 +183,7 @@ def test_on_sqlite_every_call_is_one_transaction(make_agent: MakeAgent) -> None:
 
     def calls() -> None:
         assert call(agent, "get_order", {"order_id": "ORD-1001"}).ok
-        assert call(agent, "cancel_order", {}).code == "UNKNOWN_TOOL"
+        assert call(agent, "teleport_order", {}).code == "UNKNOWN_TOOL"
 
     statements = in_transaction_per_statement(calls)
 

@@ -1,12 +1,14 @@
-"""A support lead in a real browser: held refunds in the queue, decided, and what the agent sees.
+"""A support lead in a real browser: held calls in the queue, decided, and what the agent sees.
 
-Refunds are held by the real API (the `api` client is an agent host on the live server), and
-decisions go through the pages' own forms. Each page is checked with axe-core on the way.
+Refunds, and a test-only domain's vouchers (tests.approvals.goodwill), are held by the real API
+(the `api` client is an agent host on the live server), and decisions go through the pages' own
+forms. Each page is checked with axe-core on the way.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -15,7 +17,8 @@ from playwright.sync_api import expect
 from pytest_django.fixtures import Settings
 
 from dispatch.models import Confirmation, ConfirmationStatus
-from tests.conftest import AgentClient, Ledger
+from tests.approvals.goodwill import GOODWILL_TOOLS, GoodwillDesk, goodwill_registered, opened_desk
+from tests.conftest import AgentClient, ClientFor, Ledger, MakeAgent
 from tests.e2e.conftest import MakeBrowserUser, OpenTab
 from tests.factories import OrderFactory
 
@@ -191,3 +194,42 @@ def test_an_item_that_expires_while_on_screen_cannot_be_approved(
     expect(page.locator(f"#item-{confirmation_id}")).to_have_count(0)
     assert api.get(f"/api/v1/confirmations/{confirmation_id}").json()["status"] == "expired"
     assert ledger.state("ORD-1001") == (0, 0)
+
+
+@pytest.fixture
+def goodwill_desk() -> Iterator[GoodwillDesk]:
+    with goodwill_registered(opened_desk()) as desk:
+        yield desk
+
+
+def test_a_reviewer_approves_a_voucher_of_another_domain_and_its_own_handler_issues_it(
+    open_tab: OpenTab,
+    browser_user: MakeBrowserUser,
+    make_agent: MakeAgent,
+    client_for: ClientFor,
+    goodwill_desk: GoodwillDesk,
+) -> None:
+    browser_user("rita", "reviewers")
+    tools = ["get_order", "refund_order", *GOODWILL_TOOLS]
+    api = client_for(make_agent(allowed_tools=tools, auto_approve_below_cents=5_000)[1])
+    voucher = {
+        "account_id": "ACC-7",
+        "amount_cents": 8_000,
+        "currency": "BRL",
+        "occasion": "apology",
+    }
+    confirmation_id = held(api.call("issue_voucher", voucher, session="chat-1"))
+    reviewer = open_tab("rita")
+    page = reviewer.page
+    item = page.locator(f"#item-{confirmation_id}")
+    expect(item).to_contain_text("Issue voucher · ACC-7")
+    expect(item.locator("dt:text('Vouchers this year') + dd")).to_have_text("R$\xa030,00")
+    reviewer.check_accessibility()
+
+    item.get_by_role("button", name="Approve").click()
+
+    expect(page.get_by_role("status")).to_contain_text("Executed: Issue voucher R$ 80,00 ACC-7")
+    page.goto(f"/approvals/{confirmation_id}/")
+    reviewer.check_accessibility()
+    assert api.get(f"/api/v1/confirmations/{confirmation_id}").json()["status"] == "executed"
+    assert [issued.amount_cents for issued in goodwill_desk.vouchers.values()] == [8_000]

@@ -269,6 +269,14 @@ def test_a_held_call_shows_its_state(api: AgentClient, ledger: Ledger) -> None:
     assert ledger.state() == (0, 0)
 
 
+def test_a_held_call_is_summed_up_in_its_tools_words(api: AgentClient, ledger: Ledger) -> None:
+    confirmation_id = api.refund(6000)["data"]["confirmation_id"]
+
+    state = api.get(f"/api/v1/confirmations/{confirmation_id}").json()
+
+    assert state["summary"] == "Refund order: 6000 BRL for ORD-1001"
+
+
 def test_another_agents_confirmation_is_a_404_like_a_missing_one(
     api: AgentClient, make_agent: MakeAgent, client_for: ClientFor, ledger: Ledger
 ) -> None:

@@ -62,7 +62,7 @@ def test_a_call_over_its_budget_is_refused_whatever_it_holds(harness: Harness) -
     assert harness.call("get_order", '{"order_id": "ORD-1001"}', policy=policy).ok
 
     assert harness.call("get_order", '{"order_id": ', policy=policy).code == "STEP_LIMIT"
-    assert harness.call("cancel_order", "{}", policy=policy).code == "STEP_LIMIT"
+    assert harness.call("teleport_order", "{}", policy=policy).code == "STEP_LIMIT"
     assert harness.state.sessions["agent-1", "s-1"][1] == 3
 
 
