@@ -113,6 +113,19 @@ class ApprovalNeeds:
     reader_covers: bool = True
     # Some reviewer's limit does not cover the amount: who approves matters, not only how many.
     limits_matter: bool = False
+    # Who may approve and has no limit in the currency (no cap in it), and that currency.
+    uncapped: tuple[str, ...] = ()
+    currency: str = ""
+
+    @property
+    def uncapped_note(self) -> str:
+        """Who has no cap, where limits matter: a reviewer without a limit in a currency may
+        approve any sum in it."""
+        if not self.limits_matter or not self.uncapped:
+            return ""
+        names = _one_of(self.uncapped).replace(" or ", " and ")
+        verb = "has" if len(self.uncapped) == 1 else "have"
+        return f"{names} {verb} no approval limit in {self.currency}"
 
     @property
     def still_needed(self) -> str:
@@ -291,7 +304,11 @@ def review_items(
     for confirmation in confirmations:
         spec = tool_registry.get(confirmation.tool)
         arguments = _validated(spec, confirmation.arguments)
-        currency = spec.currency_of(arguments) if spec and arguments else ""
+        # As the hold kept it (the tool's money may come from its subject's state), else as
+        # its arguments name it (a confirmation from before the hold kept it).
+        currency = confirmation.currency or (
+            spec.currency_of(arguments) if spec and arguments else ""
+        )
         amount_cents = confirmation.amount_cents
         amount = money(amount_cents, currency) if amount_cents is not None and currency else ""
         review = _review(spec, arguments, confirmation.customer_id)
@@ -623,6 +640,13 @@ def _approval_needs(
         missing=max(0, required - len(voter_ids)),
         needs_limit=not any(voter.covers for voter in voters),
         covering=tuple(name for pk, name in reviewers if pk not in voter_ids and covers(pk)),
+        # A reviewer without a limit in the currency has no cap in it: said so, by name.
+        uncapped=tuple(
+            name
+            for pk, name in reviewers
+            if pk not in voter_ids and (pk, currency) not in limits and currency
+        ),
+        currency=currency,
         yours=yours,
         amount=amount,
         reader_covers=reader is None or covers(reader.pk),

@@ -4,15 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('dispatch', '0016_policies_per_currency'),
+        ("dispatch", "0016_policies_per_currency"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='idempotencyrecord',
-            name='status',
-            field=models.CharField(choices=[('in_progress', 'in_progress'), ('open', 'open'), ('completed', 'completed'), ('held', 'held'), ('unknown', 'unknown')], max_length=16),
+            model_name="idempotencyrecord",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("in_progress", "in_progress"),
+                    ("open", "open"),
+                    ("completed", "completed"),
+                    ("held", "held"),
+                    ("unknown", "unknown"),
+                ],
+                max_length=16,
+            ),
         ),
     ]

@@ -406,3 +406,17 @@ def test_the_queue_shows_the_soonest_few_of_a_long_queue_and_says_how_many_wait(
     assert content.count('<article class="item') == 2
     assert "Showing the 2 that expire soonest of 3 waiting" in text(response)
     assert re.search(r'id="nav-pending-count"[^>]*>3<', content)
+
+
+def test_the_queue_says_who_has_no_approval_limit_in_the_currency(
+    client: Client, reviewer: User, make_user: MakeUser, hold_refund: HoldRefund
+) -> None:
+    OrderFactory.create(order_id="ORD-3002", customer_id="CUS-1", total_cents=100_000)
+    hold_refund(25_000, order_id="ORD-3002")
+    junior = make_user("june", "reviewers")
+    ReviewerLimit.objects.create(reviewer=junior, currency="BRL", max_amount_cents=10_000)
+    client.force_login(junior)
+
+    page = text(client.get("/approvals/"))
+
+    assert "rita has no approval limit in BRL." in page
