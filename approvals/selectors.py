@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from approvals.models import ConfirmationEvent, EventKind, ReviewerLimit, Vote
 from approvals.money import money
+from approvals.reviewers import REVIEWERS_GROUP as REVIEWERS_GROUP
 from dispatch.held_money import held_money_sum
 from dispatch.models import AuditRecord, Confirmation, ConfirmationStatus, Movement
 from dispatch.pipeline.allowance import HeldSum
@@ -27,7 +28,6 @@ from dispatch.pipeline.review import FactKind, ReviewView, ToolWords
 from dispatch.pipeline.tools import ToolSpec, held_plurals
 from dispatch.registry import tool_registry
 
-REVIEWERS_GROUP = "reviewers"
 MANAGERS_GROUP = "managers"
 
 # How many pending items the queue shows at once: each reads its subject and its conversation,
@@ -49,10 +49,6 @@ def user_in_group(user: AbstractBaseUser | AnonymousUser, group: str) -> bool:
     if not user.is_authenticated or not user.is_active or not isinstance(user, User):
         return False
     return user.groups.filter(name=group).exists()
-
-
-def user_is_reviewer(user: AbstractBaseUser | AnonymousUser) -> bool:
-    return user_in_group(user, REVIEWERS_GROUP)
 
 
 def effective_status(confirmation: Confirmation, now: datetime | None = None) -> str:

@@ -25,6 +25,7 @@ from django_tables2 import RequestConfig
 from approvals import selectors, services
 from approvals.filters import HistoryFilter
 from approvals.forms import RejectForm
+from approvals.reviewers import REVIEWERS_GROUP, is_reviewer
 from approvals.tables import HistoryTable
 from dispatch.models import Confirmation, ConfirmationStatus
 
@@ -39,10 +40,10 @@ def reviewer_required(view: View) -> View:
     @login_required
     @wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not selectors.user_is_reviewer(request.user):
+        if not is_reviewer(request.user):
             raise PermissionDenied(
                 "These pages are for reviewers. An administrator can add you to the "
-                f"'{selectors.REVIEWERS_GROUP}' group."
+                f"'{REVIEWERS_GROUP}' group."
             )
         return view(request, *args, **kwargs)
 

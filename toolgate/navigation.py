@@ -15,12 +15,12 @@ from django.urls import reverse
 from django.utils.functional import SimpleLazyObject
 from django.utils.text import capfirst
 
+from approvals.reviewers import is_reviewer
 from approvals.selectors import (
     MANAGERS_GROUP,
     pending_count,
     unknown_count,
     user_in_group,
-    user_is_reviewer,
     what_is_held,
 )
 
@@ -71,7 +71,7 @@ def places_for(user: AbstractBaseUser | AnonymousUser) -> list[Place]:
     if not user.is_authenticated or not user.is_active:
         return []
     places = []
-    if user_is_reviewer(user):
+    if is_reviewer(user):
         unknown = unknown_count()
         places += [
             Place(
@@ -127,7 +127,7 @@ def landing_url(user: AbstractBaseUser | AnonymousUser) -> str:
     anyone else on the home page that lists their places."""
     if getattr(user, "is_superuser", False):
         return reverse("admin:index")
-    if user_is_reviewer(user):
+    if is_reviewer(user):
         return reverse("approvals:queue")
     if user_in_group(user, MANAGERS_GROUP):
         return reverse("analytics:dashboard")
