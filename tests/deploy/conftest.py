@@ -100,8 +100,10 @@ def site(site_directory: Path) -> Iterator[Site]:
             "--tools",
             "get_order",
             "refund_order",
-            "--auto-approve-below-cents",
-            "5000",
+            "--auto-approve-below",
+            "BRL:50",
+            "USD:50",
+            "EUR:50",
             role=database.app,
         )
         yield Site(database=database, production=production, token=printed_token(output))
