@@ -300,11 +300,8 @@ def review_items(
     for confirmation in confirmations:
         spec = tool_registry.get(confirmation.tool)
         arguments = _validated(spec, confirmation.arguments)
-        # As the hold kept it (the tool's money may come from its subject's state), else as
-        # its arguments name it (a confirmation from before the hold kept it).
-        currency = confirmation.currency or (
-            spec.currency_of(arguments) if spec and arguments else ""
-        )
+        # As the hold kept it: the tool's money may come from its subject's state.
+        currency = confirmation.currency
         amount_cents = confirmation.amount_cents
         amount = money(amount_cents, currency) if amount_cents is not None and currency else ""
         review = _review(spec, arguments, confirmation.customer_id)

@@ -20,13 +20,6 @@ from dispatch.registry import tool_registry
 REASON_SHOWN = 60
 
 
-def confirmation_currency(confirmation: Confirmation) -> str:
-    spec = tool_registry.get(confirmation.tool)
-    if spec is None or spec.currency_field is None:
-        return ""
-    return str(confirmation.arguments.get(spec.currency_field, ""))
-
-
 def confirmation_subject(confirmation: Confirmation) -> str:
     spec = tool_registry.get(confirmation.tool)
     if spec is None or spec.subject_field is None:
@@ -77,7 +70,7 @@ class HistoryTable(tables.Table):  # type: ignore[misc]
         super().__init__(data.prefetch_related(events), *args, **kwargs)
 
     def render_amount_cents(self, value: int, record: Confirmation) -> str:
-        currency = confirmation_currency(record)
+        currency = record.currency
         return money(value, currency) if currency else str(value)
 
     def render_subject(self, record: Confirmation) -> str:

@@ -53,8 +53,7 @@ def decision_lock(*, customer_id: str) -> None:
 
 
 def held_money_of(confirmation: Confirmation) -> tuple[str, str]:
-    """The currency and the subject of a held call's money: as the hold kept them (its
-    reservation), else as its tool declares them in its arguments."""
+    """The currency and the subject of a held call's money, as the hold kept them."""
     reserved = (
         Movement.objects.filter(key=confirmation.execution_key)
         .values_list("currency", "subject")
@@ -62,15 +61,13 @@ def held_money_of(confirmation: Confirmation) -> tuple[str, str]:
     )
     if reserved is not None:
         return reserved
+    # Released since, or a held call that moves no money: its subject from its arguments.
     spec = tool_registry.get(confirmation.tool)
     arguments = confirmation.arguments if isinstance(confirmation.arguments, Mapping) else {}
-    currency = confirmation.currency
-    if spec is None:
-        return currency, ""
-    if not currency and spec.currency_field:
-        currency = str(arguments.get(spec.currency_field, ""))
-    subject = str(arguments.get(spec.subject_field, "")) if spec.subject_field else ""
-    return currency, subject
+    subject = ""
+    if spec is not None and spec.subject_field:
+        subject = str(arguments.get(spec.subject_field, ""))
+    return confirmation.currency, subject
 
 
 def held_money_sum(
