@@ -9,6 +9,10 @@ customer. Over stdio (`mcp_serve`) they are the process's: the token in TOOLGATE
 per process, `--customer`. Over streamable HTTP they come with each request: `Authorization:
 Token <token>`, the MCP session (or the host's X-Toolgate-Session) and X-Toolgate-Customer.
 
+Every tool's outputSchema is the result contract (dispatch.envelopes.CallResultDoc), and every
+answer to a tools/call carries it as structured content, a refusal on the host's side too, with
+a stable code (the API's own where it means the same).
+
 The SDK parses each message before any handler sees it, and keeps the last of two keys where the
 API refuses them; so each message is read first where its bytes are (StrictMessages over HTTP,
 StrictLines over stdio) as the API reads a body (dispatch.doors), and refused there otherwise.
@@ -45,7 +49,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from dispatch import doors, selectors
 from dispatch.authentication import AgentTokenAuthentication, IsAgent, agent_throttle_wait
 from dispatch.client_address import forwarded_client_address
-from dispatch.envelopes import CUSTOMER_ID_PATTERN, SESSION_ID_PATTERN
+from dispatch.envelopes import CUSTOMER_ID_PATTERN, SESSION_ID_PATTERN, CallResultDoc
 from dispatch.errors import RateLimiterDown, error_body
 from dispatch.models import Agent, CallChannel
 from dispatch.pipeline import codes
@@ -85,12 +89,19 @@ class Host:
 
 
 class HostRefusal(NamedTuple):
-    """Why the host's side leaves no way to dispatch a call: the status and code the API would
-    answer it with, which its security event keeps, and what the model is told."""
+    """Why the host's side leaves no way to dispatch a call: the status the API would answer it
+    with, its stable code (the API's own where it means the same; the security event's reason,
+    and the `code` a client reads in the structured content), and what the model is told."""
 
     status: int
     reason: str
     message: str
+
+
+def result_schema() -> dict[str, Any]:
+    """The result contract as JSON Schema, from the model the API documents its answers with:
+    every tool's outputSchema."""
+    return CallResultDoc.model_json_schema()
 
 
 def tool_annotations(spec: ToolSpec[Any]) -> types.ToolAnnotations:
@@ -110,6 +121,7 @@ def tools_listed(agent: Agent) -> list[types.Tool]:
             title=spec.label or None,
             description=spec.description,
             input_schema=spec.json_schema(),
+            output_schema=result_schema(),
             annotations=tool_annotations(spec),
         )
         for spec in selectors.tools_for_agent(agent)
@@ -186,9 +198,24 @@ SESSION_CONFLICT = HostRefusal(
 )
 
 
-def refused(host: Host, refusal: HostRefusal) -> types.CallToolResult:
+def refusal_contract(tool: str, refusal: HostRefusal) -> dict[str, Any]:
+    """A refusal in the result contract's shape, so that it validates against the outputSchema
+    as every answer does: no call was made (an empty call_id), its code is the refusal's and its
+    data the status the API would have answered."""
+    return CallResult(
+        call_id="",
+        ok=False,
+        tool=tool,
+        code=refusal.reason,
+        message=refusal.message,
+        data={"status": refusal.status},
+        model_text=refusal.message,
+    ).as_dict()
+
+
+def refused(host: Host, tool: str, refusal: HostRefusal) -> types.CallToolResult:
     """A call refused on the host's side: recorded as a security event, as the API records its
-    refusals, and answered as the tool's error; nothing ran."""
+    refusals, and answered as the tool's error with its code; nothing ran."""
     security_event_record(
         origin=host.origin,
         agent=host.agent,
@@ -197,7 +224,9 @@ def refused(host: Host, refusal: HostRefusal) -> types.CallToolResult:
         detail=refusal.message,
     )
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=refusal.message)], is_error=True
+        content=[types.TextContent(type="text", text=refusal.message)],
+        structured_content=refusal_contract(tool, refusal),
+        is_error=True,
     )
 
 
@@ -205,7 +234,7 @@ def tool_call(host: Host, name: str, arguments: Mapping[str, Any] | None) -> typ
     """One tools/call through the pipeline, as the host's agent, session and customer."""
     refusal = host_refusal(host)
     if refusal is not None:
-        return refused(host, refusal)
+        return refused(host, name, refusal)
     assert host.agent is not None and host.session_id and host.customer_id
     try:
         result = call_dispatch(
@@ -217,7 +246,7 @@ def tool_call(host: Host, name: str, arguments: Mapping[str, Any] | None) -> typ
             channel=CallChannel.MCP,
         )
     except SessionConflict:
-        return refused(host, SESSION_CONFLICT)
+        return refused(host, name, SESSION_CONFLICT)
     return call_result(result)
 
 
@@ -265,7 +294,7 @@ def mcp_server(host_of: HostOf, arguments_of: ArgumentsOf) -> Server[Any]:
             host = host_of(ctx)
             refusal = agent_refusal(host.agent)
             if refusal is not None:
-                refused(host, refusal)
+                refused(host, "", refusal)
                 return []
             assert host.agent is not None
             return tools_listed(host.agent)

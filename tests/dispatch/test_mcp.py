@@ -5,6 +5,9 @@ streamable-HTTP app under uvicorn in a thread of this process, on a port of its 
 test database, so the tests commit (transaction=True): the server's connections cannot see a
 test's transaction. The stdio server is another process, which sees the test database only on
 PostgreSQL (SQLite's test database lives in this process's memory).
+
+Every answer to a tools/call that these tests read is checked against the result contract's JSON
+Schema, the tools' outputSchema (assert_the_contract).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, TypeVar
 
 import anyio
 import httpx2
+import jsonschema
 import pytest
 import requests
 import uvicorn
@@ -30,9 +34,11 @@ from django.db import connection
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult
 from pytest_django.fixtures import Settings
 
 from dispatch import mcp
+from dispatch.envelopes import RESULT_FIELDS, CallResultDoc
 from dispatch.models import (
     Agent,
     AuditRecord,
@@ -49,11 +55,28 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TOOLS = ["get_order", "refund_order", "get_confirmation_status"]
+REFUND_TOOL = "refund_order"
 REFUND = {"order_id": "ORD-1001", "amount_cents": 1000, "currency": "BRL", "reason": "damaged"}
 
 T = TypeVar("T")
 # Opens a connected client as the host of that token, customer (or none) and session (or none).
 Connect = Callable[..., AbstractAsyncContextManager[Client]]
+
+_CONTRACT = jsonschema.Draft202012Validator(mcp.result_schema())
+
+
+def assert_the_contract(structured_content: Any) -> None:
+    """An answer to a tools/call carries the result contract, as its tool's outputSchema says."""
+    _CONTRACT.validate(structured_content)
+
+
+class CheckedClient(Client):
+    """The SDK's client, each of whose tools/call answers is checked against the contract."""
+
+    async def call_tool(self, name: str, *args: Any, **kwargs: Any) -> CallToolResult:
+        result = await super().call_tool(name, *args, **kwargs)
+        assert_the_contract(result.structured_content)
+        return result
 
 
 def drive(connect: Connect, steps: Callable[[Client], Awaitable[T]], token: str, **host: Any) -> T:
@@ -110,7 +133,7 @@ async def over_stdio(
     parameters = StdioServerParameters(
         command=sys.executable, args=args, cwd=ROOT, env=server_env(token)
     )
-    async with Client(parameters) as client:
+    async with CheckedClient(parameters) as client:
         yield client
 
 
@@ -159,7 +182,7 @@ def http_connect(url: str) -> Connect:
         async with (
             httpx2.AsyncClient(headers=headers, timeout=30) as http,
             # legacy: the initialize handshake, which opens an MCP session (Mcp-Session-Id).
-            Client(streamable_http_client(url, http_client=http), mode=mode) as client,
+            CheckedClient(streamable_http_client(url, http_client=http), mode=mode) as client,
         ):
             yield client
 
@@ -211,6 +234,20 @@ def test_it_lists_only_the_agents_allowed_tools_with_their_schemas_and_annotatio
     assert refund.annotations.read_only_hint is False
     assert refund.annotations.destructive_hint is True
     assert refund.annotations.idempotent_hint is True
+
+
+def test_every_tools_output_schema_is_the_result_contract_the_api_documents(
+    connect: Connect, token: str
+) -> None:
+    async def listed(client: Client) -> list[Any]:
+        return (await client.list_tools()).tools
+
+    tools = drive(connect, listed, token)
+
+    assert [tool.name for tool in tools] == TOOLS
+    assert all(tool.output_schema == CallResultDoc.model_json_schema() for tool in tools)
+    assert tools[0].output_schema["type"] == "object"
+    assert set(tools[0].output_schema["required"]) == set(RESULT_FIELDS)
 
 
 def test_a_valid_read_answers_model_text_and_the_result_contract(
@@ -306,7 +343,7 @@ def test_a_repeated_refund_in_the_session_is_replayed_without_touching_the_ledge
     assert ledger.state() == (1, 1000)
 
 
-def test_a_call_without_a_customer_is_refused_and_nothing_is_dispatched(
+def test_a_call_without_a_customer_is_refused_with_its_code_and_nothing_is_dispatched(
     connect: Connect, token: str, ledger: Ledger
 ) -> None:
     async def refund(client: Client) -> tuple[list[str], Any]:
@@ -318,7 +355,14 @@ def test_a_call_without_a_customer_is_refused_and_nothing_is_dispatched(
     assert listed == TOOLS
     assert result.is_error is True
     assert "gave no customer" in result.content[0].text
-    assert result.structured_content is None
+    refusal = result.structured_content
+    assert (refusal["ok"], refusal["code"], refusal["tool"]) == (
+        False,
+        "customer_missing",
+        REFUND_TOOL,
+    )
+    assert (refusal["call_id"], refusal["data"]) == ("", {"status": 400})
+    assert refusal["model_text"] == result.content[0].text
     assert audit(agent_of(token)) == []
     assert not Session.objects.filter(agent=agent_of(token)).exists()
     assert ledger.state() == (0, 0)
@@ -394,14 +438,20 @@ MONEY_WRITTEN = (
 MONEY_HINT = "80.00 is not an integer (send an integer in minor units, such as 8000 for 80.00)"
 
 
+def checked_answer(answer: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-RPC answer read off the wire, whose tools/call result carries the contract."""
+    if "structuredContent" in answer.get("result", {}):
+        assert_the_contract(answer["result"]["structuredContent"])
+    return answer
+
+
 def rpc_answer(response: requests.Response) -> dict[str, Any]:
     """The JSON-RPC answer of a response, sent as JSON or as the last server-sent event."""
     assert response.status_code == 200, response.text
     if response.headers["Content-Type"].startswith("text/event-stream"):
         events = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
-        answer: dict[str, Any] = json.loads(events[-1])
-        return answer
-    return dict(response.json())
+        return checked_answer(json.loads(events[-1]))
+    return checked_answer(dict(response.json()))
 
 
 def assert_refused_as_a_key_twice(answer: dict[str, Any]) -> None:
@@ -499,11 +549,15 @@ def test_over_http_the_hosts_refusals_are_security_events_of_the_mcp_channel(
     async def read(client: Client) -> Any:
         return await client.call_tool("get_order", {"order_id": "ORD-1001"})
 
-    drive(over_http, read, token, customer="CUS 1")
-    drive(over_http, read, token, session=None, mode="auto")
-    drive(over_http, read, token, session="conv-9", customer="CUS-1")
-    drive(over_http, read, token, session="conv-9", customer="CUS-2")
+    refusals = [
+        drive(over_http, read, token, customer="CUS 1"),
+        drive(over_http, read, token, session=None, mode="auto"),
+        drive(over_http, read, token, session="conv-9", customer="CUS-1"),
+        drive(over_http, read, token, session="conv-9", customer="CUS-2"),
+    ]
 
+    codes = [r.structured_content["code"] for r in refusals if r.is_error]
+    assert codes == ["customer_invalid", "session_missing", "session_conflict"]
     events = SecurityEvent.objects.order_by("pk")
     assert [(e.status, e.reason) for e in events] == [
         (400, "customer_invalid"),
@@ -615,6 +669,8 @@ def test_over_http_a_session_stays_bound_to_its_first_customer(
 
     assert other.is_error is True
     assert "bound to another customer" in other.content[0].text
+    assert other.structured_content["code"] == "session_conflict"
+    assert other.structured_content["data"] == {"status": 409}
     assert [r.customer_id for r in audit(agent_of(token))] == ["CUS-1"]
 
 
@@ -688,7 +744,7 @@ def stdio_answer(token: str, lines: list[str], request_id: int) -> dict[str, Any
         server.stdin.write("\n".join(lines) + "\n")
         server.stdin.flush()
         for line in server.stdout:
-            answer: dict[str, Any] = json.loads(line)
+            answer = checked_answer(json.loads(line))
             if answer.get("id") == request_id:
                 server.stdin.close()
                 server.wait(timeout=60)
