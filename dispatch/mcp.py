@@ -7,7 +7,11 @@ idempotency, business rules, policy, confirmation and audit record as `POST /api
 What the model never chooses comes from the host: the agent (its token), the session and the
 customer. Over stdio (`mcp_serve`) they are the process's: the token in TOOLGATE_TOKEN, a session
 per process, `--customer`. Over streamable HTTP they come with each request: `Authorization:
-Token <token>`, the MCP session (or the host's X-Toolgate-Session) and X-Toolgate-Customer.
+Bearer <token>` (or `Token`), the host's X-Toolgate-Session or else the MCP session, and
+X-Toolgate-Customer.
+Protocol 2026-07-28 has no MCP session, so over HTTP it is offered only to a host that names its
+conversations with X-Toolgate-Session; any other client is told so (-32022) and falls back to the
+initialize handshake, whose Mcp-Session-Id is then the session.
 
 Every tool's outputSchema is the result contract (dispatch.envelopes.CallResultDoc), and every
 answer to a tools/call carries it as structured content, a refusal on the host's side too, with
@@ -40,7 +44,9 @@ from django.db import connections
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS, MCP_PROTOCOL_VERSION_HEADER
 from mcp.shared.message import SessionMessage
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from rest_framework.exceptions import AuthenticationFailed
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, Response
@@ -486,6 +492,16 @@ async def serve_stdio(token: str, customer_id: str | None) -> None:
         answer.close()
 
 
+def refusal_error(status: int, code: str, message: str) -> types.ErrorData:
+    """A refusal on the host's side as a JSON-RPC error: the reason as its message, for the
+    client to show, and the API's error for the status and code as its data."""
+    return types.ErrorData(
+        code=types.INVALID_REQUEST if status < 500 else types.INTERNAL_ERROR,
+        message=message,
+        data=error_body(status_code=status, code=code, message=message)["error"],
+    )
+
+
 class _Writer(Protocol):
     """The transport's writer, as the refusals' answers use it."""
 
@@ -523,17 +539,41 @@ def _http_host(ctx: ServerRequestContext[Any, Any]) -> Host:
 def _refusal(
     origin: Origin, agent: Agent | None, status: int, code: str, message: str, **headers: str
 ) -> JSONResponse:
-    """An HTTP refusal in the API's error envelope, recorded as the API records its own."""
+    """An HTTP refusal, recorded as the API records its own. The body is a JSON-RPC error whose
+    data is the API's error: an MCP client shows a JSON-RPC error's message whatever the status,
+    where it shows only the status of any other body."""
     if status in RECORDED_STATUSES:
         security_event_record(
             origin=origin, agent=agent, status=status, reason=code, detail=message
         )
-    body = error_body(status_code=status, code=code, message=message)
-    return JSONResponse(body, status_code=status, headers=headers)
+    # The request's id is not read yet: a client answers its pending request with an error whose
+    # id is null, as JSON-RPC has it for a request refused before its id was read.
+    body = types.JSONRPCError(jsonrpc="2.0", id=None, error=refusal_error(status, code, message))
+    return JSONResponse(
+        {**body.model_dump(mode="json", by_alias=True, exclude_none=True), "id": None},
+        status_code=status,
+        headers=headers,
+    )
 
 
-# Tells a client that sent no token, or a bad one, which scheme to use.
-_CHALLENGE = {"WWW-Authenticate": "Token"}
+# A static token, not OAuth: the challenge names the scheme MCP clients send it under, and the
+# realm; a wrong token adds RFC 6750's error. Every MCP client that runs OAuth starts it on a
+# 401 whatever it says (the README, "MCP clients"); the body says what to send instead.
+_CHALLENGE = 'Bearer realm="toolgate"'
+_WRONG_TOKEN_CHALLENGE = (
+    f'{_CHALLENGE}, error="invalid_token", error_description="not the token of an active agent; '
+    'Toolgate takes the static token create_agent prints, and runs no OAuth"'
+)
+NO_TOKEN_MESSAGE = (
+    "Authentication credentials were not provided: send 'Authorization: Bearer <token>' with the "
+    "agent's static token, which create_agent prints once; this server runs no OAuth."
+)
+NO_OAUTH_MESSAGE = (
+    "This server runs no OAuth: it takes the agent's static token as 'Authorization: Bearer "
+    "<token>' (create_agent prints it once)."
+)
+# Where OAuth clients look for a protected resource's or an authorization server's metadata.
+WELL_KNOWN_PREFIX = "/.well-known/"
 
 
 def _admitted(origin: Origin, header: bytes) -> Agent | JSONResponse:
@@ -543,12 +583,24 @@ def _admitted(origin: Origin, header: bytes) -> Agent | JSONResponse:
         try:
             authenticated = AgentTokenAuthentication().from_header(header)
         except AuthenticationFailed as failed:
+            message = f"{failed.detail} {NO_OAUTH_MESSAGE}"
             return _refusal(
-                origin, None, 401, "authentication_failed", str(failed.detail), **_CHALLENGE
+                origin,
+                None,
+                401,
+                "authentication_failed",
+                message,
+                **{"WWW-Authenticate": _WRONG_TOKEN_CHALLENGE},
             )
         if authenticated is None:
-            message = "Authentication credentials were not provided: send 'Authorization: Token …'."
-            return _refusal(origin, None, 401, "not_authenticated", message, **_CHALLENGE)
+            return _refusal(
+                origin,
+                None,
+                401,
+                "not_authenticated",
+                NO_TOKEN_MESSAGE,
+                **{"WWW-Authenticate": _CHALLENGE},
+            )
         agent: Agent = authenticated[0]
         if agent.current_policy_id is None:
             return _refusal(origin, agent, 403, "permission_denied", IsAgent.message)
@@ -628,8 +680,53 @@ class StrictMessages:
             )
             await refused(scope, receive, send)
             return
+        if _modern_without_host_session(scope, message):
+            await _unsupported_era(body, Headers(scope=scope))(scope, receive, send)
+            return
         scope[_ARGUMENTS_SCOPE_KEY] = tool_call_arguments(message)
         await self.app(scope, _replaying(body, receive), send)
+
+
+def _modern_without_host_session(scope: Scope, message: Any) -> bool:
+    """Whether a request is of a protocol version without MCP sessions (2026-07-28: a request
+    stands alone) from a host that names no conversation: then nothing would tie a retried
+    refund to the first, which would be held as a possible duplicate or run again."""
+    headers = Headers(scope=scope)
+    version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+    is_request = isinstance(message, dict) and "id" in message
+    return (
+        is_request
+        and version is not None
+        and version not in HANDSHAKE_PROTOCOL_VERSIONS
+        and not headers.get(SESSION_HEADER)
+    )
+
+
+def _unsupported_era(body: bytes, headers: Headers) -> Response:
+    """The protocol's own answer (-32022) to a request of a version the server does not offer
+    this host: the versions it does, those of the initialize handshake, to which a client falls
+    back; its MCP session is then the Toolgate session."""
+    request_id, _ = _head(body)
+    requested = headers.get(MCP_PROTOCOL_VERSION_HEADER, "")
+    error = types.JSONRPCError(
+        jsonrpc="2.0",
+        id=request_id,
+        error=types.ErrorData(
+            code=types.UNSUPPORTED_PROTOCOL_VERSION,
+            message=(
+                f"Protocol {requested} has no MCP session: Toolgate offers it only to a host "
+                f"that names its conversation in {SESSION_HEADER}; use the initialize handshake."
+            ),
+            data=types.UnsupportedProtocolVersionErrorData(
+                supported=list(HANDSHAKE_PROTOCOL_VERSIONS), requested=requested
+            ).model_dump(mode="json"),
+        ),
+    )
+    return Response(
+        error.model_dump_json(by_alias=True, exclude_none=True),
+        status_code=ERROR_CODE_HTTP_STATUS[types.UNSUPPORTED_PROTOCOL_VERSION],
+        media_type="application/json",
+    )
 
 
 def _http_arguments(ctx: ServerRequestContext[Any, Any]) -> Mapping[str, Any] | None:
@@ -650,6 +747,12 @@ class AgentTokenRequired:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if scope.get("path", "").startswith(WELL_KNOWN_PREFIX):
+            # No OAuth metadata, and no token asked for it: a 401 here would send an OAuth client
+            # looking for an authorization server that does not exist.
+            body = error_body(status_code=404, code="not_found", message=NO_OAUTH_MESSAGE)
+            await JSONResponse(body, status_code=404)(scope, receive, send)
             return
         header = Headers(scope=scope).get("authorization", "").encode("latin-1")
         admitted = await anyio.to_thread.run_sync(partial(_admitted, http_origin(scope), header))
