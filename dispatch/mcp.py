@@ -5,10 +5,10 @@ declarations, and every `tools/call` is `call_dispatch`, so it gets the same ste
 idempotency, business rules, policy, confirmation and audit record as `POST /api/v1/calls`.
 
 What the model never chooses comes from the host: the agent (its token), the session and the
-customer. Over stdio (`mcp_serve`) they are the process's: the token in TOOLGATE_TOKEN, a session
-per process, `--customer`. Over streamable HTTP they come with each request: `Authorization:
-Bearer <token>` (or `Token`), the host's X-Toolgate-Session or else the MCP session, and
-X-Toolgate-Customer.
+customer. Over stdio (`mcp_serve`) they are the process's: the token in TOOLGATE_TOKEN, the
+session the host names (`--session`, TOOLGATE_SESSION) or else one of the process's own,
+`--customer`. Over streamable HTTP they come with each request: `Authorization: Bearer <token>`
+(or `Token`), the host's X-Toolgate-Session or else the MCP session, and X-Toolgate-Customer.
 Protocol 2026-07-28 has no MCP session, so over HTTP it is offered only to a host that names its
 conversations with X-Toolgate-Session; any other client is told so (-32022) and falls back to the
 initialize handshake, whose Mcp-Session-Id is then the session.
@@ -31,11 +31,11 @@ import math
 import re
 import secrets
 import sys
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from importlib import metadata
-from typing import Any, NamedTuple, Protocol, TypeVar, cast
+from typing import Any, BinaryIO, NamedTuple, Protocol, TypeVar, cast
 
 import anyio
 import mcp.types as types
@@ -69,6 +69,8 @@ from dispatch.throttling import RateLimiterUnavailable
 
 SERVER_NAME = "toolgate"
 TOKEN_VARIABLE = "TOOLGATE_TOKEN"
+# Over stdio, the conversation the host starts this server for, as an option or in the environment.
+SESSION_VARIABLE = "TOOLGATE_SESSION"
 CUSTOMER_HEADER = "X-Toolgate-Customer"
 SESSION_HEADER = "X-Toolgate-Session"
 MCP_SESSION_HEADER = "Mcp-Session-Id"
@@ -190,8 +192,9 @@ def host_refusal(host: Host) -> HostRefusal | None:
             400,
             "session_invalid" if host.session_id else "session_missing",
             f"Toolgate: no valid session: the host sends {SESSION_HEADER} (ASCII letters, "
-            f"digits, . _ : -, up to 128) or uses an MCP session ({MCP_SESSION_HEADER}); "
-            "nothing was done.",
+            f"digits, . _ : -, up to 128) or uses an MCP session ({MCP_SESSION_HEADER}) over "
+            f"HTTP, and names it with --session or {SESSION_VARIABLE} over stdio; nothing was "
+            "done.",
         )
     return None
 
@@ -399,10 +402,14 @@ def _head(raw: bytes) -> tuple[types.RequestId | None, str]:
 # stdio ------------------------------------------------------------------------------------------
 
 
-def stdio_host(token: str, customer_id: str | None) -> HostOf:
+def stdio_host(token: str, customer_id: str | None, session_id: str | None = None) -> HostOf:
     """The host of a stdio process: its agent (looked up again on every request, so that a
-    disabled agent or a new policy applies at once), a session of its own, its customer."""
-    session_id = f"mcp-{secrets.token_hex(16)}"
+    disabled agent or a new policy applies at once), its session, its customer.
+
+    The session is the conversation the host named, which outlives the process: a server the
+    host starts again for that conversation replays its calls. Without a name it is one of the
+    process's own, which ends with it."""
+    session_id = session_id or f"mcp-{secrets.token_hex(16)}"
 
     def host_of(ctx: ServerRequestContext[Any, Any]) -> Host:
         return Host(agent_authenticate(token), session_id, customer_id, stdio_origin(ctx.method))
@@ -456,8 +463,9 @@ class StrictLines:
         return self.arguments.pop(ctx.request_id, None)
 
 
-async def serve_stdio(token: str, customer_id: str | None) -> None:
-    """Serve the agent of `token` for `customer_id` over this process's stdin and stdout."""
+async def serve_stdio(token: str, customer_id: str | None, session_id: str | None = None) -> None:
+    """Serve the agent of `token` for `customer_id` over this process's stdin and stdout, in the
+    session the host named (or one of the process's own)."""
     # A refused line is answered through the transport's own writer, the one that writes every
     # answer, so that no two writes interleave on stdout.
     answer, answers = anyio.create_memory_object_stream[SessionMessage](1)
@@ -480,7 +488,7 @@ async def serve_stdio(token: str, customer_id: str | None) -> None:
             await writer.aclose()
 
     stdin = StrictLines(anyio.wrap_file(sys.stdin.buffer), refuse)
-    server = mcp_server(stdio_host(token, customer_id), stdin.arguments_of)
+    server = mcp_server(stdio_host(token, customer_id, session_id), stdin.arguments_of)
     # The transport only iterates its stdin, line by line.
     async with (
         stdio_server(stdin=cast("anyio.AsyncFile[str]", stdin)) as (read_stream, write_stream),
@@ -500,6 +508,20 @@ def refusal_error(status: int, code: str, message: str) -> types.ErrorData:
         message=message,
         data=error_body(status_code=status, code=code, message=message)["error"],
     )
+
+
+def refuse_stdio(error: types.ErrorData, lines: Iterable[bytes], out: BinaryIO) -> None:
+    """A stdio server that may not serve (a missing or wrong token, say): every request it is
+    sent, `initialize` first, is answered with `error` until its client closes standard input,
+    so that the client shows the reason rather than a closed connection."""
+    for line in lines:
+        request_id, method = _head(line)
+        if request_id is None or not method:
+            # A notification, or nothing readable enough to answer.
+            continue
+        answer = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+        out.write(answer.model_dump_json(by_alias=True, exclude_none=True).encode() + b"\n")
+        out.flush()
 
 
 class _Writer(Protocol):

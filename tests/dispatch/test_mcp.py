@@ -1,8 +1,8 @@
 """The MCP server, driven by the SDK's own client over both transports, with only what the
-README's configurations send: over stdio the token in the environment and the customer; over
-HTTP `Authorization: Bearer` and the customer's header. The client negotiates as it does by
-default (mode "auto": protocol 2026-07-28 where the server offers it, the initialize handshake
-otherwise) unless a test says "legacy".
+README's configurations send: over stdio the token in the environment and the customer (and the
+conversation, where the host names it); over HTTP `Authorization: Bearer` and the customer's
+header. The client negotiates as it does by default (mode "auto": protocol 2026-07-28 where the
+server offers it, the initialize handshake otherwise) unless a test says "legacy".
 
 stdio: `manage.py mcp_serve` in a process of its own, as a desktop client starts it. HTTP: the
 streamable-HTTP app under uvicorn in a thread of this process, on a port of its own. Both serve the
@@ -130,15 +130,31 @@ def server_env(token: str | None) -> dict[str, str]:
     return env
 
 
+def stdio_args(customer: str | None, session: str | None) -> list[str]:
+    return [
+        "manage.py",
+        "mcp_serve",
+        *(["--customer", customer] if customer else []),
+        *(["--session", session] if session else []),
+    ]
+
+
 @asynccontextmanager
 async def over_stdio(
-    token: str, *, customer: str | None = "CUS-1", session: str | None = None, mode: str = "auto"
+    token: str,
+    *,
+    customer: str | None = "CUS-1",
+    session: str | None = None,
+    mode: str = "auto",
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[Client]:
-    # A stdio server has one session, its own: a host cannot choose it.
-    assert session is None
-    args = ["manage.py", "mcp_serve", *(["--customer", customer] if customer else [])]
+    """A server started for this client, as a desktop host starts one; `session` names the
+    conversation (--session), which a server started again for it keeps."""
     parameters = StdioServerParameters(
-        command=sys.executable, args=args, cwd=ROOT, env=server_env(token)
+        command=sys.executable,
+        args=stdio_args(customer, session),
+        cwd=ROOT,
+        env={**server_env(token), **(env or {})},
     )
     async with CheckedClient(parameters, mode=mode) as client:
         yield client
@@ -950,6 +966,94 @@ def test_over_http_the_customer_is_not_an_option_of_the_server(run: Run) -> None
         run("mcp_serve", "--transport", "http", "--customer", "CUS-1")
 
     assert mcp.CUSTOMER_HEADER in str(refused.value)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_over_stdio_a_refused_start_is_shown_to_the_client_as_an_initialize_error(
+    token: str, mode: str
+) -> None:
+    server_database_url()
+
+    async def read(client: Client) -> Any:
+        return await client.call_tool("get_order", {"order_id": "ORD-1001"})
+
+    # The SDK raises it inside its task groups' exception groups.
+    with pytest.raises(BaseException) as refused:
+        drive(partial(over_stdio, mode=mode), read, token + "x")
+
+    error = only_mcp_error(refused.value)
+    assert f"{mcp.TOKEN_VARIABLE} is not the token of an active agent" in error.error.message
+    assert error.error.data["code"] == "authentication_failed"
+    assert error.error.data["status"] == 401
+    event = SecurityEvent.objects.get()
+    assert (event.reason, event.method) == ("authentication_failed", "mcp_serve")
+
+
+def test_over_stdio_an_invalid_session_name_refuses_the_start(token: str) -> None:
+    server_database_url()
+
+    completed = subprocess.run(
+        [sys.executable, *stdio_args("CUS-1", "conv 1")],
+        cwd=ROOT,
+        env=server_env(token),
+        input=json.dumps(INITIALIZE) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert completed.returncode == 1
+    [answer] = [json.loads(line) for line in completed.stdout.splitlines()]
+    assert (answer["id"], answer["error"]["data"]["code"]) == (1, "session_invalid")
+    assert "--session" in completed.stderr
+    assert SecurityEvent.objects.get().reason == "session_invalid"
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+@pytest.mark.parametrize("named_by", ["option", "environment"])
+def test_over_stdio_a_server_started_again_for_the_same_conversation_replays_its_refund(
+    token: str, ledger: Ledger, mode: str, named_by: str
+) -> None:
+    server_database_url()
+    conversation: dict[str, Any] = (
+        {"session": "conv-41"}
+        if named_by == "option"
+        else {"env": {mcp.SESSION_VARIABLE: "conv-41"}}
+    )
+    restartable = partial(over_stdio, mode=mode, **conversation)
+
+    async def refund(client: Client) -> Any:
+        return await client.call_tool("refund_order", REFUND)
+
+    first = drive(restartable, refund, token)
+    # The host started the server again for that conversation, and its client retries.
+    retry = drive(restartable, refund, token)
+
+    assert first.structured_content["replayed"] is False
+    assert retry.is_error is False
+    assert retry.structured_content["replayed"] is True
+    assert retry.structured_content["data"] == first.structured_content["data"]
+    assert [r.session_id for r in audit(agent_of(token))] == ["conv-41", "conv-41"]
+    assert ledger.state() == (1, 1000)
+
+
+def test_over_stdio_a_server_without_a_conversation_has_a_session_of_its_own(
+    token: str, ledger: Ledger
+) -> None:
+    server_database_url()
+
+    async def refund(client: Client) -> Any:
+        return await client.call_tool("refund_order", REFUND)
+
+    first = drive(over_stdio, refund, token)
+    again = drive(over_stdio, refund, token)
+
+    # Another process, another session: the same refund is a new call there, which the
+    # policy holds as a possible duplicate of the first, and no money moves twice.
+    assert first.structured_content["code"] == "OK"
+    assert again.structured_content["code"] == "CONFIRMATION_REQUIRED"
+    assert len({r.session_id for r in audit(agent_of(token))}) == 2
+    assert ledger.state() == (1, 1000)
 
 
 def test_a_possible_duplicate_is_held_without_showing_the_other_agents_ids(
