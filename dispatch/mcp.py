@@ -222,9 +222,8 @@ def refusal_contract(tool: str, refusal: HostRefusal) -> dict[str, Any]:
     ).as_dict()
 
 
-def refused(host: Host, tool: str, refusal: HostRefusal) -> types.CallToolResult:
-    """A call refused on the host's side: recorded as a security event, as the API records its
-    refusals, and answered as the tool's error with its code; nothing ran."""
+def refusal_record(host: Host, refusal: HostRefusal) -> None:
+    """A refusal on the host's side, recorded as a security event as the API records its own."""
     security_event_record(
         origin=host.origin,
         agent=host.agent,
@@ -232,6 +231,12 @@ def refused(host: Host, tool: str, refusal: HostRefusal) -> types.CallToolResult
         reason=refusal.reason,
         detail=refusal.message,
     )
+
+
+def refused(host: Host, tool: str, refusal: HostRefusal) -> types.CallToolResult:
+    """A call refused on the host's side: recorded, and answered as the tool's error with its
+    code; nothing ran."""
+    refusal_record(host, refusal)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=refusal.message)],
         structured_content=refusal_contract(tool, refusal),
@@ -303,7 +308,7 @@ def mcp_server(host_of: HostOf, arguments_of: ArgumentsOf) -> Server[Any]:
             host = host_of(ctx)
             refusal = agent_refusal(host.agent)
             if refusal is not None:
-                refused(host, "", refusal)
+                refusal_record(host, refusal)
                 return []
             assert host.agent is not None
             return tools_listed(host.agent)
@@ -568,8 +573,8 @@ def _refusal(
         security_event_record(
             origin=origin, agent=agent, status=status, reason=code, detail=message
         )
-    # The request's id is not read yet: a client answers its pending request with an error whose
-    # id is null, as JSON-RPC has it for a request refused before its id was read.
+    # The request's id is not read yet: JSON-RPC's null id, which the SDK's client takes as the
+    # answer to the request it posted.
     body = types.JSONRPCError(jsonrpc="2.0", id=None, error=refusal_error(status, code, message))
     return JSONResponse(
         {**body.model_dump(mode="json", by_alias=True, exclude_none=True), "id": None},
@@ -579,8 +584,9 @@ def _refusal(
 
 
 # A static token, not OAuth: the challenge names the scheme MCP clients send it under, and the
-# realm; a wrong token adds RFC 6750's error. Every MCP client that runs OAuth starts it on a
-# 401 whatever it says (the README, "MCP clients"); the body says what to send instead.
+# realm, with no resource metadata to start OAuth from; a wrong token adds RFC 6750's error. The
+# body says what to send; the MCP Inspector starts OAuth on any 401 all the same (the README,
+# "MCP clients", says what it shows then).
 _CHALLENGE = 'Bearer realm="toolgate"'
 _WRONG_TOKEN_CHALLENGE = (
     f'{_CHALLENGE}, error="invalid_token", error_description="not the token of an active agent; '
