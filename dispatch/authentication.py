@@ -1,4 +1,5 @@
-"""Agent hosts authenticate with `Authorization: Token <token>`; the token maps to one agent."""
+"""Agent hosts authenticate with `Authorization: Token <token>`, or `Bearer <token>` as MCP
+clients and most configuration screens write it; the token maps to one agent."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from dispatch.throttling import RateLimiterUnavailable, parse_rate, request_log
 
 
 class AgentTokenAuthentication(BaseAuthentication):
-    keyword = b"token"
+    # The same static token under either scheme: `Token` is the API's own, `Bearer` what the MCP
+    # authorization spec and client configurations send. No OAuth is behind `Bearer`.
+    keywords = (b"token", b"bearer")
     refusal = "Invalid token, or the agent is disabled."
 
     def authenticate(self, request: Request) -> tuple[Any, str] | None:
@@ -30,10 +33,12 @@ class AgentTokenAuthentication(BaseAuthentication):
         """The holder of the token in an Authorization header's value and the token; None when
         the header names another scheme or is empty. Also what the MCP server authenticates by."""
         parts = header.split()
-        if not parts or parts[0].lower() != self.keyword:
+        if not parts or parts[0].lower() not in self.keywords:
             return None
         if len(parts) != 2:
-            raise AuthenticationFailed("The Authorization header must be 'Token <token>'.")
+            raise AuthenticationFailed(
+                "The Authorization header must be 'Token <token>' or 'Bearer <token>'."
+            )
         try:
             token = parts[1].decode("ascii")
         except UnicodeDecodeError:
@@ -99,5 +104,6 @@ class AgentTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyp
             "type": "apiKey",
             "in": "header",
             "name": "Authorization",
-            "description": "`Token <token>`: the token printed once by `create_agent`.",
+            "description": "`Token <token>` or `Bearer <token>`: the token printed once by "
+            "`create_agent`.",
         }

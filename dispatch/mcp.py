@@ -5,9 +5,17 @@ declarations, and every `tools/call` is `call_dispatch`, so it gets the same ste
 idempotency, business rules, policy, confirmation and audit record as `POST /api/v1/calls`.
 
 What the model never chooses comes from the host: the agent (its token), the session and the
-customer. Over stdio (`mcp_serve`) they are the process's: the token in TOOLGATE_TOKEN, a session
-per process, `--customer`. Over streamable HTTP they come with each request: `Authorization:
-Token <token>`, the MCP session (or the host's X-Toolgate-Session) and X-Toolgate-Customer.
+customer. Over stdio (`mcp_serve`) they are the process's: the token in TOOLGATE_TOKEN, the
+session the host names (`--session`, TOOLGATE_SESSION) or else one of the process's own,
+`--customer`. Over streamable HTTP they come with each request: `Authorization: Bearer <token>`
+(or `Token`), the host's X-Toolgate-Session or else the MCP session, and X-Toolgate-Customer.
+Protocol 2026-07-28 has no MCP session, so over HTTP it is offered only to a host that names its
+conversations with X-Toolgate-Session; any other client is told so (-32022) and falls back to the
+initialize handshake, whose Mcp-Session-Id is then the session.
+
+Every tool's outputSchema is the result contract (dispatch.envelopes.CallResultDoc), and every
+answer to a tools/call carries it as structured content, a refusal on the host's side too, with
+a stable code (the API's own where it means the same).
 
 The SDK parses each message before any handler sees it, and keeps the last of two keys where the
 API refuses them; so each message is read first where its bytes are (StrictMessages over HTTP,
@@ -23,11 +31,11 @@ import math
 import re
 import secrets
 import sys
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from importlib import metadata
-from typing import Any, NamedTuple, Protocol, TypeVar, cast
+from typing import Any, BinaryIO, NamedTuple, Protocol, TypeVar, cast
 
 import anyio
 import mcp.types as types
@@ -36,7 +44,9 @@ from django.db import connections
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS, MCP_PROTOCOL_VERSION_HEADER
 from mcp.shared.message import SessionMessage
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from rest_framework.exceptions import AuthenticationFailed
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, Response
@@ -45,7 +55,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from dispatch import doors, selectors
 from dispatch.authentication import AgentTokenAuthentication, IsAgent, agent_throttle_wait
 from dispatch.client_address import forwarded_client_address
-from dispatch.envelopes import CUSTOMER_ID_PATTERN, SESSION_ID_PATTERN
+from dispatch.envelopes import CUSTOMER_ID_PATTERN, SESSION_ID_PATTERN, CallResultDoc
 from dispatch.errors import RateLimiterDown, error_body
 from dispatch.models import Agent, CallChannel
 from dispatch.pipeline import codes
@@ -59,6 +69,8 @@ from dispatch.throttling import RateLimiterUnavailable
 
 SERVER_NAME = "toolgate"
 TOKEN_VARIABLE = "TOOLGATE_TOKEN"
+# Over stdio, the conversation the host starts this server for, as an option or in the environment.
+SESSION_VARIABLE = "TOOLGATE_SESSION"
 CUSTOMER_HEADER = "X-Toolgate-Customer"
 SESSION_HEADER = "X-Toolgate-Session"
 MCP_SESSION_HEADER = "Mcp-Session-Id"
@@ -85,12 +97,19 @@ class Host:
 
 
 class HostRefusal(NamedTuple):
-    """Why the host's side leaves no way to dispatch a call: the status and code the API would
-    answer it with, which its security event keeps, and what the model is told."""
+    """Why the host's side leaves no way to dispatch a call: the status the API would answer it
+    with, its stable code (the API's own where it means the same; the security event's reason,
+    and the `code` a client reads in the structured content), and what the model is told."""
 
     status: int
     reason: str
     message: str
+
+
+def result_schema() -> dict[str, Any]:
+    """The result contract as JSON Schema, from the model the API documents its answers with:
+    every tool's outputSchema."""
+    return CallResultDoc.model_json_schema()
 
 
 def tool_annotations(spec: ToolSpec[Any]) -> types.ToolAnnotations:
@@ -110,6 +129,7 @@ def tools_listed(agent: Agent) -> list[types.Tool]:
             title=spec.label or None,
             description=spec.description,
             input_schema=spec.json_schema(),
+            output_schema=result_schema(),
             annotations=tool_annotations(spec),
         )
         for spec in selectors.tools_for_agent(agent)
@@ -172,8 +192,9 @@ def host_refusal(host: Host) -> HostRefusal | None:
             400,
             "session_invalid" if host.session_id else "session_missing",
             f"Toolgate: no valid session: the host sends {SESSION_HEADER} (ASCII letters, "
-            f"digits, . _ : -, up to 128) or uses an MCP session ({MCP_SESSION_HEADER}); "
-            "nothing was done.",
+            f"digits, . _ : -, up to 128) or uses an MCP session ({MCP_SESSION_HEADER}) over "
+            f"HTTP, and names it with --session or {SESSION_VARIABLE} over stdio; nothing was "
+            "done.",
         )
     return None
 
@@ -186,9 +207,23 @@ SESSION_CONFLICT = HostRefusal(
 )
 
 
-def refused(host: Host, refusal: HostRefusal) -> types.CallToolResult:
-    """A call refused on the host's side: recorded as a security event, as the API records its
-    refusals, and answered as the tool's error; nothing ran."""
+def refusal_contract(tool: str, refusal: HostRefusal) -> dict[str, Any]:
+    """A refusal in the result contract's shape, so that it validates against the outputSchema
+    as every answer does: no call was made (an empty call_id), its code is the refusal's and its
+    data the status the API would have answered."""
+    return CallResult(
+        call_id="",
+        ok=False,
+        tool=tool,
+        code=refusal.reason,
+        message=refusal.message,
+        data={"status": refusal.status},
+        model_text=refusal.message,
+    ).as_dict()
+
+
+def refusal_record(host: Host, refusal: HostRefusal) -> None:
+    """A refusal on the host's side, recorded as a security event as the API records its own."""
     security_event_record(
         origin=host.origin,
         agent=host.agent,
@@ -196,8 +231,16 @@ def refused(host: Host, refusal: HostRefusal) -> types.CallToolResult:
         reason=refusal.reason,
         detail=refusal.message,
     )
+
+
+def refused(host: Host, tool: str, refusal: HostRefusal) -> types.CallToolResult:
+    """A call refused on the host's side: recorded, and answered as the tool's error with its
+    code; nothing ran."""
+    refusal_record(host, refusal)
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=refusal.message)], is_error=True
+        content=[types.TextContent(type="text", text=refusal.message)],
+        structured_content=refusal_contract(tool, refusal),
+        is_error=True,
     )
 
 
@@ -205,7 +248,7 @@ def tool_call(host: Host, name: str, arguments: Mapping[str, Any] | None) -> typ
     """One tools/call through the pipeline, as the host's agent, session and customer."""
     refusal = host_refusal(host)
     if refusal is not None:
-        return refused(host, refusal)
+        return refused(host, name, refusal)
     assert host.agent is not None and host.session_id and host.customer_id
     try:
         result = call_dispatch(
@@ -217,7 +260,7 @@ def tool_call(host: Host, name: str, arguments: Mapping[str, Any] | None) -> typ
             channel=CallChannel.MCP,
         )
     except SessionConflict:
-        return refused(host, SESSION_CONFLICT)
+        return refused(host, name, SESSION_CONFLICT)
     return call_result(result)
 
 
@@ -265,7 +308,7 @@ def mcp_server(host_of: HostOf, arguments_of: ArgumentsOf) -> Server[Any]:
             host = host_of(ctx)
             refusal = agent_refusal(host.agent)
             if refusal is not None:
-                refused(host, refusal)
+                refusal_record(host, refusal)
                 return []
             assert host.agent is not None
             return tools_listed(host.agent)
@@ -364,10 +407,14 @@ def _head(raw: bytes) -> tuple[types.RequestId | None, str]:
 # stdio ------------------------------------------------------------------------------------------
 
 
-def stdio_host(token: str, customer_id: str | None) -> HostOf:
+def stdio_host(token: str, customer_id: str | None, session_id: str | None = None) -> HostOf:
     """The host of a stdio process: its agent (looked up again on every request, so that a
-    disabled agent or a new policy applies at once), a session of its own, its customer."""
-    session_id = f"mcp-{secrets.token_hex(16)}"
+    disabled agent or a new policy applies at once), its session, its customer.
+
+    The session is the conversation the host named, which outlives the process: a server the
+    host starts again for that conversation replays its calls. Without a name it is one of the
+    process's own, which ends with it."""
+    session_id = session_id or f"mcp-{secrets.token_hex(16)}"
 
     def host_of(ctx: ServerRequestContext[Any, Any]) -> Host:
         return Host(agent_authenticate(token), session_id, customer_id, stdio_origin(ctx.method))
@@ -421,8 +468,9 @@ class StrictLines:
         return self.arguments.pop(ctx.request_id, None)
 
 
-async def serve_stdio(token: str, customer_id: str | None) -> None:
-    """Serve the agent of `token` for `customer_id` over this process's stdin and stdout."""
+async def serve_stdio(token: str, customer_id: str | None, session_id: str | None = None) -> None:
+    """Serve the agent of `token` for `customer_id` over this process's stdin and stdout, in the
+    session the host named (or one of the process's own)."""
     # A refused line is answered through the transport's own writer, the one that writes every
     # answer, so that no two writes interleave on stdout.
     answer, answers = anyio.create_memory_object_stream[SessionMessage](1)
@@ -445,7 +493,7 @@ async def serve_stdio(token: str, customer_id: str | None) -> None:
             await writer.aclose()
 
     stdin = StrictLines(anyio.wrap_file(sys.stdin.buffer), refuse)
-    server = mcp_server(stdio_host(token, customer_id), stdin.arguments_of)
+    server = mcp_server(stdio_host(token, customer_id, session_id), stdin.arguments_of)
     # The transport only iterates its stdin, line by line.
     async with (
         stdio_server(stdin=cast("anyio.AsyncFile[str]", stdin)) as (read_stream, write_stream),
@@ -455,6 +503,30 @@ async def serve_stdio(token: str, customer_id: str | None) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
         # Stdin has ended: no more refusals; those sent are answered before the writer ends.
         answer.close()
+
+
+def refusal_error(status: int, code: str, message: str) -> types.ErrorData:
+    """A refusal on the host's side as a JSON-RPC error: the reason as its message, for the
+    client to show, and the API's error for the status and code as its data."""
+    return types.ErrorData(
+        code=types.INVALID_REQUEST if status < 500 else types.INTERNAL_ERROR,
+        message=message,
+        data=error_body(status_code=status, code=code, message=message)["error"],
+    )
+
+
+def refuse_stdio(error: types.ErrorData, lines: Iterable[bytes], out: BinaryIO) -> None:
+    """A stdio server that may not serve (a missing or wrong token, say): every request it is
+    sent, `initialize` first, is answered with `error` until its client closes standard input,
+    so that the client shows the reason rather than a closed connection."""
+    for line in lines:
+        request_id, method = _head(line)
+        if request_id is None or not method:
+            # A notification, or nothing readable enough to answer.
+            continue
+        answer = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+        out.write(answer.model_dump_json(by_alias=True, exclude_none=True).encode() + b"\n")
+        out.flush()
 
 
 class _Writer(Protocol):
@@ -494,17 +566,42 @@ def _http_host(ctx: ServerRequestContext[Any, Any]) -> Host:
 def _refusal(
     origin: Origin, agent: Agent | None, status: int, code: str, message: str, **headers: str
 ) -> JSONResponse:
-    """An HTTP refusal in the API's error envelope, recorded as the API records its own."""
+    """An HTTP refusal, recorded as the API records its own. The body is a JSON-RPC error whose
+    data is the API's error: an MCP client shows a JSON-RPC error's message whatever the status,
+    where it shows only the status of any other body."""
     if status in RECORDED_STATUSES:
         security_event_record(
             origin=origin, agent=agent, status=status, reason=code, detail=message
         )
-    body = error_body(status_code=status, code=code, message=message)
-    return JSONResponse(body, status_code=status, headers=headers)
+    # The request's id is not read yet: JSON-RPC's null id, which the SDK's client takes as the
+    # answer to the request it posted.
+    body = types.JSONRPCError(jsonrpc="2.0", id=None, error=refusal_error(status, code, message))
+    return JSONResponse(
+        {**body.model_dump(mode="json", by_alias=True, exclude_none=True), "id": None},
+        status_code=status,
+        headers=headers,
+    )
 
 
-# Tells a client that sent no token, or a bad one, which scheme to use.
-_CHALLENGE = {"WWW-Authenticate": "Token"}
+# A static token, not OAuth: the challenge names the scheme MCP clients send it under, and the
+# realm, with no resource metadata to start OAuth from; a wrong token adds RFC 6750's error. The
+# body says what to send; the MCP Inspector starts OAuth on any 401 all the same (the README,
+# "MCP clients", says what it shows then).
+_CHALLENGE = 'Bearer realm="toolgate"'
+_WRONG_TOKEN_CHALLENGE = (
+    f'{_CHALLENGE}, error="invalid_token", error_description="not the token of an active agent; '
+    'Toolgate takes the static token create_agent prints, and runs no OAuth"'
+)
+NO_TOKEN_MESSAGE = (
+    "Authentication credentials were not provided: send 'Authorization: Bearer <token>' with the "
+    "agent's static token, which create_agent prints once; this server runs no OAuth."
+)
+NO_OAUTH_MESSAGE = (
+    "This server runs no OAuth: it takes the agent's static token as 'Authorization: Bearer "
+    "<token>' (create_agent prints it once)."
+)
+# Where OAuth clients look for a protected resource's or an authorization server's metadata.
+WELL_KNOWN_PREFIX = "/.well-known/"
 
 
 def _admitted(origin: Origin, header: bytes) -> Agent | JSONResponse:
@@ -514,12 +611,24 @@ def _admitted(origin: Origin, header: bytes) -> Agent | JSONResponse:
         try:
             authenticated = AgentTokenAuthentication().from_header(header)
         except AuthenticationFailed as failed:
+            message = f"{failed.detail} {NO_OAUTH_MESSAGE}"
             return _refusal(
-                origin, None, 401, "authentication_failed", str(failed.detail), **_CHALLENGE
+                origin,
+                None,
+                401,
+                "authentication_failed",
+                message,
+                **{"WWW-Authenticate": _WRONG_TOKEN_CHALLENGE},
             )
         if authenticated is None:
-            message = "Authentication credentials were not provided: send 'Authorization: Token …'."
-            return _refusal(origin, None, 401, "not_authenticated", message, **_CHALLENGE)
+            return _refusal(
+                origin,
+                None,
+                401,
+                "not_authenticated",
+                NO_TOKEN_MESSAGE,
+                **{"WWW-Authenticate": _CHALLENGE},
+            )
         agent: Agent = authenticated[0]
         if agent.current_policy_id is None:
             return _refusal(origin, agent, 403, "permission_denied", IsAgent.message)
@@ -599,8 +708,53 @@ class StrictMessages:
             )
             await refused(scope, receive, send)
             return
+        if _modern_without_host_session(scope, message):
+            await _unsupported_era(body, Headers(scope=scope))(scope, receive, send)
+            return
         scope[_ARGUMENTS_SCOPE_KEY] = tool_call_arguments(message)
         await self.app(scope, _replaying(body, receive), send)
+
+
+def _modern_without_host_session(scope: Scope, message: Any) -> bool:
+    """Whether a request is of a protocol version without MCP sessions (2026-07-28: a request
+    stands alone) from a host that names no conversation: then nothing would tie a retried
+    refund to the first, which would be held as a possible duplicate or run again."""
+    headers = Headers(scope=scope)
+    version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+    is_request = isinstance(message, dict) and "id" in message
+    return (
+        is_request
+        and version is not None
+        and version not in HANDSHAKE_PROTOCOL_VERSIONS
+        and not headers.get(SESSION_HEADER)
+    )
+
+
+def _unsupported_era(body: bytes, headers: Headers) -> Response:
+    """The protocol's own answer (-32022) to a request of a version the server does not offer
+    this host: the versions it does, those of the initialize handshake, to which a client falls
+    back; its MCP session is then the Toolgate session."""
+    request_id, _ = _head(body)
+    requested = headers.get(MCP_PROTOCOL_VERSION_HEADER, "")
+    error = types.JSONRPCError(
+        jsonrpc="2.0",
+        id=request_id,
+        error=types.ErrorData(
+            code=types.UNSUPPORTED_PROTOCOL_VERSION,
+            message=(
+                f"Protocol {requested} has no MCP session: Toolgate offers it only to a host "
+                f"that names its conversation in {SESSION_HEADER}; use the initialize handshake."
+            ),
+            data=types.UnsupportedProtocolVersionErrorData(
+                supported=list(HANDSHAKE_PROTOCOL_VERSIONS), requested=requested
+            ).model_dump(mode="json"),
+        ),
+    )
+    return Response(
+        error.model_dump_json(by_alias=True, exclude_none=True),
+        status_code=ERROR_CODE_HTTP_STATUS[types.UNSUPPORTED_PROTOCOL_VERSION],
+        media_type="application/json",
+    )
 
 
 def _http_arguments(ctx: ServerRequestContext[Any, Any]) -> Mapping[str, Any] | None:
@@ -621,6 +775,12 @@ class AgentTokenRequired:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if scope.get("path", "").startswith(WELL_KNOWN_PREFIX):
+            # No OAuth metadata, and no token asked for it: a 401 here would send an OAuth client
+            # looking for an authorization server that does not exist.
+            body = error_body(status_code=404, code="not_found", message=NO_OAUTH_MESSAGE)
+            await JSONResponse(body, status_code=404)(scope, receive, send)
             return
         header = Headers(scope=scope).get("authorization", "").encode("latin-1")
         admitted = await anyio.to_thread.run_sync(partial(_admitted, http_origin(scope), header))

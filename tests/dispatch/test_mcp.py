@@ -1,10 +1,17 @@
-"""The MCP server, driven by the SDK's own client over both transports.
+"""The MCP server, driven by the SDK's own client over both transports, with only what the
+README's configurations send: over stdio the token in the environment and the customer (and the
+conversation, where the host names it); over HTTP `Authorization: Bearer` and the customer's
+header. The client negotiates as it does by default (mode "auto": protocol 2026-07-28 where the
+server offers it, the initialize handshake otherwise) unless a test says "legacy".
 
 stdio: `manage.py mcp_serve` in a process of its own, as a desktop client starts it. HTTP: the
 streamable-HTTP app under uvicorn in a thread of this process, on a port of its own. Both serve the
 test database, so the tests commit (transaction=True): the server's connections cannot see a
 test's transaction. The stdio server is another process, which sees the test database only on
 PostgreSQL (SQLite's test database lives in this process's memory).
+
+Every answer to a tools/call that these tests read is checked against the result contract's JSON
+Schema, the tools' outputSchema (assert_the_contract).
 """
 
 from __future__ import annotations
@@ -17,22 +24,27 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 import httpx2
+import jsonschema
 import pytest
 import requests
 import uvicorn
 from django.core.management import CommandError
 from django.db import connection
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult
+from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 from pytest_django.fixtures import Settings
 
 from dispatch import mcp
+from dispatch.envelopes import RESULT_FIELDS, CallResultDoc
 from dispatch.models import (
     Agent,
     AuditRecord,
@@ -49,11 +61,29 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TOOLS = ["get_order", "refund_order", "get_confirmation_status"]
+REFUND_TOOL = "refund_order"
 REFUND = {"order_id": "ORD-1001", "amount_cents": 1000, "currency": "BRL", "reason": "damaged"}
 
 T = TypeVar("T")
-# Opens a connected client as the host of that token, customer (or none) and session (or none).
+# Opens a connected client as the host of that token, customer (or none) and session (or none),
+# negotiating in that mode ("auto", the SDK's default, or "legacy").
 Connect = Callable[..., AbstractAsyncContextManager[Client]]
+
+_CONTRACT = jsonschema.Draft202012Validator(mcp.result_schema())
+
+
+def assert_the_contract(structured_content: Any) -> None:
+    """An answer to a tools/call carries the result contract, as its tool's outputSchema says."""
+    _CONTRACT.validate(structured_content)
+
+
+class CheckedClient(Client):
+    """The SDK's client, each of whose tools/call answers is checked against the contract."""
+
+    async def call_tool(self, name: str, *args: Any, **kwargs: Any) -> CallToolResult:
+        result = await super().call_tool(name, *args, **kwargs)
+        assert_the_contract(result.structured_content)
+        return result
 
 
 def drive(connect: Connect, steps: Callable[[Client], Awaitable[T]], token: str, **host: Any) -> T:
@@ -100,17 +130,33 @@ def server_env(token: str | None) -> dict[str, str]:
     return env
 
 
+def stdio_args(customer: str | None, session: str | None) -> list[str]:
+    return [
+        "manage.py",
+        "mcp_serve",
+        *(["--customer", customer] if customer else []),
+        *(["--session", session] if session else []),
+    ]
+
+
 @asynccontextmanager
 async def over_stdio(
-    token: str, *, customer: str | None = "CUS-1", session: str | None = None
+    token: str,
+    *,
+    customer: str | None = "CUS-1",
+    session: str | None = None,
+    mode: str = "auto",
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[Client]:
-    # A stdio server has one session, its own: a host cannot choose it.
-    assert session is None
-    args = ["manage.py", "mcp_serve", *(["--customer", customer] if customer else [])]
+    """A server started for this client, as a desktop host starts one; `session` names the
+    conversation (--session), which a server started again for it keeps."""
     parameters = StdioServerParameters(
-        command=sys.executable, args=args, cwd=ROOT, env=server_env(token)
+        command=sys.executable,
+        args=stdio_args(customer, session),
+        cwd=ROOT,
+        env={**server_env(token), **(env or {})},
     )
-    async with Client(parameters) as client:
+    async with CheckedClient(parameters, mode=mode) as client:
         yield client
 
 
@@ -149,29 +195,44 @@ def http_connect(url: str) -> Connect:
         *,
         customer: str | None = "CUS-1",
         session: str | None = None,
-        mode: str = "legacy",
+        mode: str = "auto",
     ) -> AsyncIterator[Client]:
-        headers = {"Authorization": f"Token {token}"}
+        # The README's headers; the host's conversation only where a test names one.
+        headers = {"Authorization": f"Bearer {token}"}
         if customer is not None:
             headers[mcp.CUSTOMER_HEADER] = customer
         if session is not None:
             headers[mcp.SESSION_HEADER] = session
         async with (
             httpx2.AsyncClient(headers=headers, timeout=30) as http,
-            # legacy: the initialize handshake, which opens an MCP session (Mcp-Session-Id).
-            Client(streamable_http_client(url, http_client=http), mode=mode) as client,
+            CheckedClient(streamable_http_client(url, http_client=http), mode=mode) as client,
         ):
             yield client
 
     return over_http
 
 
+def connect_over(request: pytest.FixtureRequest, transport: str, mode: str) -> Connect:
+    if transport == "stdio":
+        server_database_url()
+        return partial(over_stdio, mode=mode)
+    return partial(http_connect(request.getfixturevalue("mcp_url")), mode=mode)
+
+
 @pytest.fixture(params=["stdio", "http"])
 def connect(request: pytest.FixtureRequest) -> Connect:
-    if request.param == "stdio":
-        server_database_url()
-        return over_stdio
-    return http_connect(request.getfixturevalue("mcp_url"))
+    """A client in the SDK's default mode, over each transport."""
+    return connect_over(request, request.param, "auto")
+
+
+@pytest.fixture(
+    params=[("stdio", "auto"), ("stdio", "legacy"), ("http", "auto"), ("http", "legacy")],
+    ids=["stdio-default", "stdio-legacy", "http-default", "http-legacy"],
+)
+def connect_in_each_mode(request: pytest.FixtureRequest) -> Connect:
+    """A client in the SDK's default mode and in its legacy one, over each transport."""
+    transport, mode = request.param
+    return connect_over(request, transport, mode)
 
 
 @pytest.fixture
@@ -213,6 +274,20 @@ def test_it_lists_only_the_agents_allowed_tools_with_their_schemas_and_annotatio
     assert refund.annotations.idempotent_hint is True
 
 
+def test_every_tools_output_schema_is_the_result_contract_the_api_documents(
+    connect: Connect, token: str
+) -> None:
+    async def listed(client: Client) -> list[Any]:
+        return (await client.list_tools()).tools
+
+    tools = drive(connect, listed, token)
+
+    assert [tool.name for tool in tools] == TOOLS
+    assert all(tool.output_schema == CallResultDoc.model_json_schema() for tool in tools)
+    assert tools[0].output_schema["type"] == "object"
+    assert set(tools[0].output_schema["required"]) == set(RESULT_FIELDS)
+
+
 def test_a_valid_read_answers_model_text_and_the_result_contract(
     connect: Connect, token: str, ledger: Ledger
 ) -> None:
@@ -249,8 +324,10 @@ def test_a_float_amount_is_rejected_with_its_hint_as_an_error(
 
 
 def test_a_large_refund_is_held_not_an_error_and_its_status_can_be_checked(
-    connect: Connect, token: str, ledger: Ledger
+    connect_in_each_mode: Connect, token: str, ledger: Ledger
 ) -> None:
+    connect = connect_in_each_mode
+
     async def refund_then_check(client: Client) -> tuple[Any, Any]:
         held = await client.call_tool("refund_order", {**REFUND, "amount_cents": 9000})
         confirmation_id = held.structured_content["data"]["confirmation_id"]
@@ -280,8 +357,10 @@ def test_a_large_refund_is_held_not_an_error_and_its_status_can_be_checked(
 
 
 def test_a_repeated_refund_in_the_session_is_replayed_without_touching_the_ledger(
-    connect: Connect, token: str, ledger: Ledger
+    connect_in_each_mode: Connect, token: str, ledger: Ledger
 ) -> None:
+    connect = connect_in_each_mode
+
     async def refund_twice(client: Client) -> tuple[Any, Any]:
         first = await client.call_tool("refund_order", REFUND)
         again = await client.call_tool("refund_order", REFUND)
@@ -306,19 +385,26 @@ def test_a_repeated_refund_in_the_session_is_replayed_without_touching_the_ledge
     assert ledger.state() == (1, 1000)
 
 
-def test_a_call_without_a_customer_is_refused_and_nothing_is_dispatched(
-    connect: Connect, token: str, ledger: Ledger
+def test_a_call_without_a_customer_is_refused_with_its_code_and_nothing_is_dispatched(
+    connect_in_each_mode: Connect, token: str, ledger: Ledger
 ) -> None:
     async def refund(client: Client) -> tuple[list[str], Any]:
         listed = [tool.name for tool in (await client.list_tools()).tools]
         return listed, await client.call_tool("refund_order", REFUND)
 
-    listed, result = drive(connect, refund, token, customer=None)
+    listed, result = drive(connect_in_each_mode, refund, token, customer=None)
 
     assert listed == TOOLS
     assert result.is_error is True
     assert "gave no customer" in result.content[0].text
-    assert result.structured_content is None
+    refusal = result.structured_content
+    assert (refusal["ok"], refusal["code"], refusal["tool"]) == (
+        False,
+        "customer_missing",
+        REFUND_TOOL,
+    )
+    assert (refusal["call_id"], refusal["data"]) == ("", {"status": 400})
+    assert refusal["model_text"] == result.content[0].text
     assert audit(agent_of(token)) == []
     assert not Session.objects.filter(agent=agent_of(token)).exists()
     assert ledger.state() == (0, 0)
@@ -394,14 +480,20 @@ MONEY_WRITTEN = (
 MONEY_HINT = "80.00 is not an integer (send an integer in minor units, such as 8000 for 80.00)"
 
 
+def checked_answer(answer: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-RPC answer read off the wire, whose tools/call result carries the contract."""
+    if "structuredContent" in answer.get("result", {}):
+        assert_the_contract(answer["result"]["structuredContent"])
+    return answer
+
+
 def rpc_answer(response: requests.Response) -> dict[str, Any]:
     """The JSON-RPC answer of a response, sent as JSON or as the last server-sent event."""
     assert response.status_code == 200, response.text
     if response.headers["Content-Type"].startswith("text/event-stream"):
         events = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
-        answer: dict[str, Any] = json.loads(events[-1])
-        return answer
-    return dict(response.json())
+        return checked_answer(json.loads(events[-1]))
+    return checked_answer(dict(response.json()))
 
 
 def assert_refused_as_a_key_twice(answer: dict[str, Any]) -> None:
@@ -422,24 +514,100 @@ def assert_recorded_as_a_key_twice(token: str, method: str, path: str) -> None:
     assert (event.method, event.path) == (method, path)
 
 
-def test_over_http_a_missing_or_wrong_token_is_answered_401(mcp_url: str, token: str) -> None:
+def refusal_of(response: requests.Response, status: int) -> dict[str, Any]:
+    """An HTTP refusal's body: a JSON-RPC error, whose data is the API's error."""
+    assert response.status_code == status, response.text
+    answer = response.json()
+    assert answer["jsonrpc"] == "2.0" and answer["id"] is None
+    error: dict[str, Any] = answer["error"]
+    assert error["message"] == error["data"]["message"]
+    assert error["data"]["status"] == status
+    return error
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "Token"])
+def test_over_http_the_token_is_taken_under_either_scheme(
+    mcp_url: str, token: str, scheme: str
+) -> None:
+    response = requests.post(
+        mcp_url,
+        json=INITIALIZE,
+        headers={**ACCEPT, "Authorization": f"{scheme} {token}"},
+        timeout=30,
+    )
+
+    assert response.status_code == 200, response.text
+    assert not SecurityEvent.objects.exists()
+
+
+def test_over_http_a_missing_or_wrong_token_is_a_401_that_asks_for_a_static_token(
+    mcp_url: str, token: str
+) -> None:
     missing = requests.post(mcp_url, json=INITIALIZE, headers=ACCEPT, timeout=30)
     wrong = requests.post(
         mcp_url,
         json=INITIALIZE,
-        headers={**ACCEPT, "Authorization": f"Token {token}x"},
+        headers={**ACCEPT, "Authorization": f"Bearer {token}x"},
         timeout=30,
     )
-    right = requests.post(
-        mcp_url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"Token {token}"}, timeout=30
-    )
 
-    assert missing.status_code == 401
-    assert missing.headers["WWW-Authenticate"] == "Token"
-    assert missing.json()["error"]["code"] == "not_authenticated"
-    assert wrong.status_code == 401
-    assert wrong.json()["error"]["message"] == "Invalid token, or the agent is disabled."
-    assert right.status_code == 200
+    not_provided = refusal_of(missing, 401)
+    assert not_provided["data"]["code"] == "not_authenticated"
+    assert "'Authorization: Bearer <token>'" in not_provided["message"]
+    assert "runs no OAuth" in not_provided["message"]
+    assert missing.headers["WWW-Authenticate"] == 'Bearer realm="toolgate"'
+    invalid = refusal_of(wrong, 401)
+    assert invalid["data"]["code"] == "authentication_failed"
+    assert invalid["message"].startswith("Invalid token, or the agent is disabled.")
+    challenge = wrong.headers["WWW-Authenticate"]
+    assert challenge.startswith('Bearer realm="toolgate", error="invalid_token"')
+    assert "resource_metadata" not in challenge
+
+
+def test_over_http_the_sdk_client_shows_a_wrong_tokens_reason(
+    mcp_url: str, token: str, ledger: Ledger
+) -> None:
+    async def read(client: Client) -> Any:
+        return await client.call_tool("get_order", {"order_id": "ORD-1001"})
+
+    # The SDK raises it inside its task groups' exception groups.
+    with pytest.raises(BaseException) as refused:
+        drive(http_connect(mcp_url), read, token + "x")
+
+    error = only_mcp_error(refused.value)
+    assert "runs no OAuth" in error.error.message
+    assert error.error.data["code"] == "authentication_failed"
+    # The probe for 2026-07-28, then the initialize handshake it falls back to.
+    events = SecurityEvent.objects.all()
+    assert {(e.status, e.reason) for e in events} == {(401, "authentication_failed")}
+
+
+def only_mcp_error(raised: BaseException) -> MCPError:
+    """The one MCPError inside what the SDK raised (its task groups wrap it)."""
+    while isinstance(raised, BaseExceptionGroup):
+        [raised] = raised.exceptions
+    assert isinstance(raised, MCPError), repr(raised)
+    return raised
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-authorization-server",
+    ],
+)
+def test_over_http_no_oauth_metadata_is_served_and_no_token_is_asked_for_it(
+    mcp_url: str, path: str
+) -> None:
+    response = requests.get(mcp_url.removesuffix(mcp.HTTP_PATH) + path, timeout=30)
+
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["code"] == "not_found"
+    assert "runs no OAuth" in error["message"]
+    assert not SecurityEvent.objects.exists()
 
 
 def test_over_http_an_agent_without_a_policy_is_answered_403(mcp_url: str) -> None:
@@ -447,25 +615,24 @@ def test_over_http_an_agent_without_a_policy_is_answered_403(mcp_url: str) -> No
     Agent.objects.create(name="no-policy", token_prefix=token[:10], token_hash=token_hash(token))
 
     response = requests.post(
-        mcp_url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"Token {token}"}, timeout=30
+        mcp_url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"Bearer {token}"}, timeout=30
     )
 
-    assert response.status_code == 403
-    assert response.json()["error"]["code"] == "permission_denied"
+    assert refusal_of(response, 403)["data"]["code"] == "permission_denied"
 
 
 def test_over_http_the_agents_requests_are_throttled_as_on_the_api(
     mcp_url: str, token: str, settings: Settings
 ) -> None:
     settings.TOOLGATE_AGENT_THROTTLE_RATE = "2/min"
-    headers = {**ACCEPT, "Authorization": f"Token {token}"}
+    headers = {**ACCEPT, "Authorization": f"Bearer {token}"}
 
     answers = [
         requests.post(mcp_url, json=INITIALIZE, headers=headers, timeout=30) for _ in range(3)
     ]
 
     assert [a.status_code for a in answers] == [200, 200, 429]
-    assert answers[2].json()["error"]["code"] == "throttled"
+    assert refusal_of(answers[2], 429)["data"]["code"] == "throttled"
     assert int(answers[2].headers["Retry-After"]) > 0
 
 
@@ -499,15 +666,19 @@ def test_over_http_the_hosts_refusals_are_security_events_of_the_mcp_channel(
     async def read(client: Client) -> Any:
         return await client.call_tool("get_order", {"order_id": "ORD-1001"})
 
-    drive(over_http, read, token, customer="CUS 1")
-    drive(over_http, read, token, session=None, mode="auto")
-    drive(over_http, read, token, session="conv-9", customer="CUS-1")
-    drive(over_http, read, token, session="conv-9", customer="CUS-2")
+    refusals = [
+        drive(over_http, read, token, customer="CUS 1"),
+        drive(over_http, read, token, session="conv 9"),
+        drive(over_http, read, token, session="conv-9", customer="CUS-1"),
+        drive(over_http, read, token, session="conv-9", customer="CUS-2"),
+    ]
 
+    codes = [r.structured_content["code"] for r in refusals if r.is_error]
+    assert codes == ["customer_invalid", "session_invalid", "session_conflict"]
     events = SecurityEvent.objects.order_by("pk")
     assert [(e.status, e.reason) for e in events] == [
         (400, "customer_invalid"),
-        (400, "session_missing"),
+        (400, "session_invalid"),
         (409, "session_conflict"),
     ]
     assert {(e.channel, e.agent) for e in events} == {(CallChannel.MCP, agent_of(token))}
@@ -572,11 +743,10 @@ def test_over_http_a_body_over_the_apis_limit_is_a_413(
     padded = {**INITIALIZE, "id": 2, "pad": "x" * 1024}
 
     response = requests.post(
-        mcp_url, json=padded, headers={**ACCEPT, "Authorization": f"Token {token}"}, timeout=30
+        mcp_url, json=padded, headers={**ACCEPT, "Authorization": f"Bearer {token}"}, timeout=30
     )
 
-    assert response.status_code == 413
-    assert response.json()["error"]["code"] == "payload_too_large"
+    assert refusal_of(response, 413)["data"]["code"] == "payload_too_large"
     event = SecurityEvent.objects.get()
     assert (event.channel, event.status, event.reason) == (
         CallChannel.MCP,
@@ -585,21 +755,74 @@ def test_over_http_a_body_over_the_apis_limit_is_a_413(
     )
 
 
-def test_over_http_a_stateless_client_uses_the_hosts_session_header(
+def test_over_http_the_default_client_falls_back_to_an_mcp_session_and_replays_in_it(
     mcp_url: str, token: str, ledger: Ledger
 ) -> None:
     over_http = http_connect(mcp_url)
 
-    async def refund_twice(client: Client) -> list[Any]:
-        return [await client.call_tool("refund_order", REFUND) for _ in range(2)]
+    async def refund_twice(client: Client) -> tuple[str, list[Any]]:
+        calls = [await client.call_tool("refund_order", REFUND) for _ in range(2)]
+        return client.protocol_version, calls
 
-    with_session = drive(over_http, refund_twice, token, session="conv-7", mode="auto")
-    without = drive(over_http, refund_twice, token, session=None, mode="auto")
+    version, (first, again) = drive(over_http, refund_twice, token)
 
-    assert [r.structured_content["replayed"] for r in with_session] == [False, True]
-    assert all(r.is_error and "no valid session" in r.content[0].text for r in without)
+    # 2026-07-28 has no MCP session: offered only to a host that names its conversation.
+    assert version == LATEST_HANDSHAKE_VERSION
+    assert (first.structured_content["code"], first.structured_content["replayed"]) == ("OK", False)
+    assert again.structured_content["replayed"] is True
+    [session] = {r.session_id for r in audit(agent_of(token))}
+    assert not session.startswith("conv-")
+    assert ledger.state() == (1, 1000)
+
+
+def test_over_http_a_host_that_names_its_conversation_is_served_2026_07_28_and_replayed(
+    mcp_url: str, token: str, ledger: Ledger
+) -> None:
+    over_http = http_connect(mcp_url)
+
+    async def refund(client: Client) -> tuple[str, Any]:
+        return client.protocol_version, await client.call_tool("refund_order", REFUND)
+
+    # A retry is another connection of the same conversation: only its name ties the two.
+    version, first = drive(over_http, refund, token, session="conv-7")
+    _, retry = drive(over_http, refund, token, session="conv-7")
+
+    assert version == LATEST_MODERN_VERSION
+    assert first.structured_content["replayed"] is False
+    assert retry.structured_content["replayed"] is True
+    assert retry.structured_content["data"] == first.structured_content["data"]
     assert [r.session_id for r in audit(agent_of(token))] == ["conv-7", "conv-7"]
     assert ledger.state() == (1, 1000)
+
+
+def test_over_http_2026_07_28_without_the_hosts_conversation_is_answered_with_the_versions_offered(
+    mcp_url: str, token: str, ledger: Ledger
+) -> None:
+    call = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "refund_order", "arguments": REFUND},
+    }
+    headers = {
+        **ACCEPT,
+        "Authorization": f"Bearer {token}",
+        mcp.CUSTOMER_HEADER: "CUS-1",
+        "MCP-Protocol-Version": LATEST_MODERN_VERSION,
+    }
+
+    response = requests.post(mcp_url, json=call, headers=headers, timeout=30)
+
+    assert response.status_code == 400
+    answer = response.json()
+    assert answer["id"] == 3
+    assert answer["error"]["code"] == -32022
+    assert answer["error"]["data"]["requested"] == LATEST_MODERN_VERSION
+    assert LATEST_HANDSHAKE_VERSION in answer["error"]["data"]["supported"]
+    assert LATEST_MODERN_VERSION not in answer["error"]["data"]["supported"]
+    assert mcp.SESSION_HEADER in answer["error"]["message"]
+    assert audit(agent_of(token)) == []
+    assert ledger.state() == (0, 0)
 
 
 def test_over_http_a_session_stays_bound_to_its_first_customer(
@@ -615,6 +838,8 @@ def test_over_http_a_session_stays_bound_to_its_first_customer(
 
     assert other.is_error is True
     assert "bound to another customer" in other.content[0].text
+    assert other.structured_content["code"] == "session_conflict"
+    assert other.structured_content["data"] == {"status": 409}
     assert [r.customer_id for r in audit(agent_of(token))] == ["CUS-1"]
 
 
@@ -688,7 +913,7 @@ def stdio_answer(token: str, lines: list[str], request_id: int) -> dict[str, Any
         server.stdin.write("\n".join(lines) + "\n")
         server.stdin.flush()
         for line in server.stdout:
-            answer: dict[str, Any] = json.loads(line)
+            answer = checked_answer(json.loads(line))
             if answer.get("id") == request_id:
                 server.stdin.close()
                 server.wait(timeout=60)
@@ -741,3 +966,122 @@ def test_over_http_the_customer_is_not_an_option_of_the_server(run: Run) -> None
         run("mcp_serve", "--transport", "http", "--customer", "CUS-1")
 
     assert mcp.CUSTOMER_HEADER in str(refused.value)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_over_stdio_a_refused_start_is_shown_to_the_client_as_an_initialize_error(
+    token: str, mode: str
+) -> None:
+    server_database_url()
+
+    async def read(client: Client) -> Any:
+        return await client.call_tool("get_order", {"order_id": "ORD-1001"})
+
+    # The SDK raises it inside its task groups' exception groups.
+    with pytest.raises(BaseException) as refused:
+        drive(partial(over_stdio, mode=mode), read, token + "x")
+
+    error = only_mcp_error(refused.value)
+    assert f"{mcp.TOKEN_VARIABLE} is not the token of an active agent" in error.error.message
+    assert error.error.data["code"] == "authentication_failed"
+    assert error.error.data["status"] == 401
+    event = SecurityEvent.objects.get()
+    assert (event.reason, event.method) == ("authentication_failed", "mcp_serve")
+
+
+def test_over_stdio_an_invalid_session_name_refuses_the_start(token: str) -> None:
+    server_database_url()
+
+    completed = subprocess.run(
+        [sys.executable, *stdio_args("CUS-1", "conv 1")],
+        cwd=ROOT,
+        env=server_env(token),
+        input=json.dumps(INITIALIZE) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert completed.returncode == 1
+    [answer] = [json.loads(line) for line in completed.stdout.splitlines()]
+    assert (answer["id"], answer["error"]["data"]["code"]) == (1, "session_invalid")
+    assert "--session" in completed.stderr
+    assert SecurityEvent.objects.get().reason == "session_invalid"
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+@pytest.mark.parametrize("named_by", ["option", "environment"])
+def test_over_stdio_a_server_started_again_for_the_same_conversation_replays_its_refund(
+    token: str, ledger: Ledger, mode: str, named_by: str
+) -> None:
+    server_database_url()
+    conversation: dict[str, Any] = (
+        {"session": "conv-41"}
+        if named_by == "option"
+        else {"env": {mcp.SESSION_VARIABLE: "conv-41"}}
+    )
+    restartable = partial(over_stdio, mode=mode, **conversation)
+
+    async def refund(client: Client) -> Any:
+        return await client.call_tool("refund_order", REFUND)
+
+    first = drive(restartable, refund, token)
+    # The host started the server again for that conversation, and its client retries.
+    retry = drive(restartable, refund, token)
+
+    assert first.structured_content["replayed"] is False
+    assert retry.is_error is False
+    assert retry.structured_content["replayed"] is True
+    assert retry.structured_content["data"] == first.structured_content["data"]
+    assert [r.session_id for r in audit(agent_of(token))] == ["conv-41", "conv-41"]
+    assert ledger.state() == (1, 1000)
+
+
+def test_over_stdio_a_server_without_a_conversation_has_a_session_of_its_own(
+    token: str, ledger: Ledger
+) -> None:
+    server_database_url()
+
+    async def refund(client: Client) -> Any:
+        return await client.call_tool("refund_order", REFUND)
+
+    first = drive(over_stdio, refund, token)
+    again = drive(over_stdio, refund, token)
+
+    # Another process, another session: the same refund is a new call there, which the
+    # policy holds as a possible duplicate of the first, and no money moves twice.
+    assert first.structured_content["code"] == "OK"
+    assert again.structured_content["code"] == "CONFIRMATION_REQUIRED"
+    assert len({r.session_id for r in audit(agent_of(token))}) == 2
+    assert ledger.state() == (1, 1000)
+
+
+def test_a_possible_duplicate_is_held_without_showing_the_other_agents_ids(
+    connect: Connect, make_agent: MakeAgent, ledger: Ledger
+) -> None:
+    first_agent, first_token = make_agent(allowed_tools=TOOLS)
+    _, second_token = make_agent(allowed_tools=TOOLS)
+
+    async def refund_then_check(client: Client) -> list[Any]:
+        held = await client.call_tool("refund_order", REFUND)
+        confirmation_id = held.structured_content["data"]["confirmation_id"]
+        status = await client.call_tool(
+            "get_confirmation_status", {"confirmation_id": confirmation_id}
+        )
+        return [held, status]
+
+    async def refund(client: Client) -> Any:
+        return await client.call_tool("refund_order", REFUND)
+
+    drive(connect, refund, first_token)
+    held, status = drive(connect, refund_then_check, second_token)
+
+    assert held.structured_content["code"] == "CONFIRMATION_REQUIRED"
+    hold_reason = status.structured_content["data"]["hold_reason"]
+    assert hold_reason["kind"] == "possible_duplicate"
+    [first_session] = {r.session_id for r in audit(first_agent)}
+    seen_by_the_model = json.dumps([r.model_dump(mode="json") for r in (held, status)])
+    assert first_session not in seen_by_the_model
+    assert first_agent.name not in seen_by_the_model
+    assert str(first_agent.pk) not in json.dumps(hold_reason)
+    assert ledger.state() == (1, 1000)

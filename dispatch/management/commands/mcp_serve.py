@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Any
 
 import anyio
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dispatch import mcp
-from dispatch.envelopes import CUSTOMER_ID_PATTERN
+from dispatch.envelopes import CUSTOMER_ID_PATTERN, SESSION_ID_PATTERN
 from dispatch.models import Agent
 from dispatch.security import security_event_record
 from dispatch.services import agent_authenticate
@@ -22,9 +23,10 @@ START_METHOD = "mcp_serve"
 class Command(BaseCommand):
     help = (
         "Serve Toolgate's tools over the Model Context Protocol, every call through the "
-        f"pipeline. stdio: the agent's token in {mcp.TOKEN_VARIABLE} and the customer in "
-        f"--customer. http: each request sends 'Authorization: Token <token>' and "
-        f"{mcp.CUSTOMER_HEADER}, at http://HOST:PORT{mcp.HTTP_PATH}."
+        f"pipeline. stdio: the agent's token in {mcp.TOKEN_VARIABLE}, the customer in "
+        f"--customer and the conversation in --session or {mcp.SESSION_VARIABLE}. http: each "
+        f"request sends 'Authorization: Bearer <token>' and {mcp.CUSTOMER_HEADER}, at "
+        f"http://HOST:PORT{mcp.HTTP_PATH}."
     )
     # The stdio server must own stdout from its first byte: no system checks printed there.
     requires_system_checks: list[str] = []
@@ -42,6 +44,13 @@ class Command(BaseCommand):
             "bound to it (without it, tools are listed but no call runs)",
         )
         parser.add_argument(
+            "--session",
+            help=f"stdio: the conversation the host starts this server for (or "
+            f"{mcp.SESSION_VARIABLE}); a server started again with the same name keeps its "
+            "calls, so an identical retry is replayed. Never a fixed name shared by "
+            "conversations. Without it the session lasts as long as the process",
+        )
+        parser.add_argument(
             "--host", default="127.0.0.1", help="http: address (default %(default)s)"
         )
         parser.add_argument(
@@ -54,6 +63,11 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"--customer is for stdio; over HTTP the host sends {mcp.CUSTOMER_HEADER} "
                     "with each request."
+                )
+            if options["session"]:
+                raise CommandError(
+                    f"--session is for stdio; over HTTP the host sends {mcp.SESSION_HEADER} "
+                    "with each request, or uses its MCP session."
                 )
             self._serve_http(options["host"], options["port"])
             return
@@ -86,7 +100,16 @@ class Command(BaseCommand):
                 "customer_invalid",
                 "--customer: ASCII letters, digits, . _ : -, up to 64 characters.",
             )
-        anyio.run(mcp.serve_stdio, token, customer)
+        session = options["session"] or os.environ.get(mcp.SESSION_VARIABLE) or None
+        if session is not None and not re.fullmatch(SESSION_ID_PATTERN, session):
+            raise _refused(
+                agent,
+                400,
+                "session_invalid",
+                f"--session ({mcp.SESSION_VARIABLE}): ASCII letters, digits, . _ : -, up to 128 "
+                "characters.",
+            )
+        anyio.run(mcp.serve_stdio, token, customer, session)
 
     def _serve_http(self, host: str, port: int) -> None:
         import uvicorn
@@ -96,12 +119,17 @@ class Command(BaseCommand):
 
 
 def _refused(agent: Agent | None, status: int, reason: str, message: str) -> CommandError:
-    """A stdio server refused at its start, recorded as the API records its refusals."""
+    """A stdio server refused at its start, recorded as the API records its refusals. Its client
+    is told why in the answer to its first request (an error to `initialize`, which it shows),
+    not left with a closed connection; the reason goes to standard error as the server ends."""
     security_event_record(
         origin=mcp.stdio_origin(START_METHOD),
         agent=agent,
         status=status,
         reason=reason,
         detail=message,
+    )
+    mcp.refuse_stdio(
+        mcp.refusal_error(status, reason, message), sys.stdin.buffer, sys.stdout.buffer
     )
     return CommandError(message)

@@ -198,12 +198,13 @@ def test_json_with_or_without_its_charset_is_accepted(
     [
         (None, "not_authenticated"),
         ("", "not_authenticated"),
-        ("Bearer {token}", "not_authenticated"),
+        ("Basic {token}", "not_authenticated"),
         ("{token}", "not_authenticated"),
         ("Token", "authentication_failed"),
         ("Token {token} extra", "authentication_failed"),
         ("Token tg_not-a-real-token", "authentication_failed"),
         ("Token {token}x", "authentication_failed"),
+        ("Bearer {token}x", "authentication_failed"),
     ],
     ids=[
         "no header",
@@ -214,6 +215,7 @@ def test_json_with_or_without_its_charset_is_accepted(
         "two tokens",
         "an unknown token",
         "a token one character off",
+        "a bearer token one character off",
     ],
 )
 def test_a_missing_or_bad_token_is_a_401_and_moves_no_money(
@@ -247,6 +249,23 @@ def test_a_token_with_non_ascii_bytes_is_a_401(
 
     assert error_of(response, 401)["code"] == "authentication_failed"
     assert_nothing_recorded(ledger)
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "Token"])
+def test_the_token_is_taken_under_either_scheme(
+    client_for: ClientFor, agent: tuple[Agent, str], ledger: Ledger, scheme: str
+) -> None:
+    client = client_for(None)
+
+    response = client.post_call(
+        "refund_order",
+        {"order_id": "ORD-1001", "amount_cents": 1000, "currency": "BRL", "reason": "damaged"},
+        headers={"Authorization": f"{scheme} {agent[1]}"},
+    )
+
+    assert response.status_code == 200, response.text
+    assert response.json()["code"] == "OK"
+    assert ledger.state() == (1, 1000)
 
 
 def test_a_401_asks_for_a_token(client_for: ClientFor) -> None:
