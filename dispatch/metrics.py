@@ -36,14 +36,8 @@ from django.db.models import (
 from django.db.models.functions import TruncDay, TruncHour
 from django.utils import timezone
 
-from dispatch.models import (
-    AuditRecord,
-    CallRollup,
-    CallRollupDay,
-    Confirmation,
-    DecisionRollup,
-    PendingRecovery,
-)
+from analytics.models import CallRollup, CallRollupDay, DecisionRollup, PendingRecovery
+from dispatch.models import AuditRecord, Confirmation
 from dispatch.pipeline import codes
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, OK
 from dispatch.pipeline.policy import Policy

@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 
+from analytics.models import DecisionRollup
 from approvals.services import (
     ConfirmationError,
     confirmation_approve,
@@ -21,7 +22,7 @@ from approvals.services import (
     confirmations_expire_due,
 )
 from dispatch.metrics import audit_in_session_order, rollups_live, rollups_rebuilt
-from dispatch.models import Agent, Confirmation, DecisionRollup
+from dispatch.models import Agent, Confirmation
 from orders.models import Order, Refund
 from tests.approvals.conftest import HeldRefund, refund_call
 

@@ -17,6 +17,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from analytics.models import DecisionRollup
 from approvals.services import confirmation_expire, confirmation_reject
 from dispatch.metrics import (
     CallFigures,
@@ -30,7 +31,7 @@ from dispatch.metrics import (
     rollups_live,
     rollups_rebuilt,
 )
-from dispatch.models import Agent, Confirmation, DecisionRollup
+from dispatch.models import Agent, Confirmation
 from dispatch.pipeline.what_if import AUTO_EXECUTED, TWO_REVIEWERS, Tally, draft_of
 from dispatch.services import _pipeline, call_dispatch
 from tests.conftest import MakeAgent

@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "orders",
     "dispatch",
     "approvals",
+    "analytics",
     "demo",
 ]
 
