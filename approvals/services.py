@@ -4,7 +4,7 @@ Every transition of a confirmation happens here, in a transaction, with its row 
 reviewers clicking at once, a double submit, or an approval racing the expiry make one decision
 and at most one execution. Each vote, decision and execution is written to the confirmation's
 event log (approvals.models.ConfirmationEvent), and each decision is counted in the histogram of
-decision times the analytics read (dispatch.metrics.decision_count). The decision also settles
+decision times the analytics read (analytics.selectors.decision_count). The decision also settles
 the held call's idempotency record, so that the agent's identical call gets the confirmation's
 state, its result or its rejection, and never a second confirmation for a call that was approved.
 """
@@ -26,6 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 from pydantic import BaseModel
 
+from analytics.selectors import BY_EXPIRY, decision_count
 from approvals.models import ConfirmationEvent, EventKind, ReviewerLimit, Vote
 from approvals.money import money
 from approvals.webhooks import webhook_enqueue
@@ -38,7 +39,6 @@ from dispatch.held_money import (
     held_money_released,
     held_money_sum,
 )
-from dispatch.metrics import BY_EXPIRY, decision_count
 from dispatch.models import Agent, Confirmation, ConfirmationStatus, IdempotencyStatus
 from dispatch.pipeline import codes
 from dispatch.pipeline.allowance import HeldSum

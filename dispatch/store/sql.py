@@ -129,7 +129,7 @@ STEP_POSTGRESQL = f"""
 # A call with no lookup reads nothing in its opening.
 NO_LOOKUP = "SELECT 1 AS nothing WHERE false"
 
-# The call counted in its hour's rollup row (dispatch/metrics.py).
+# The call counted in its hour's rollup row (analytics/selectors.py).
 ROLLUP = """
     INSERT INTO dispatch_callrollup AS rollup
         (hour, agent_id, tool, code, calls, replayed, correctable, recovered)
@@ -140,7 +140,7 @@ ROLLUP = """
         correctable = rollup.correctable + excluded.correctable
 """
 
-# The same, in its UTC day's row: long ranges read days (dispatch/metrics.py).
+# The same, in its UTC day's row: long ranges read days (analytics/selectors.py).
 ROLLUP_DAY = """
     INSERT INTO dispatch_callrollupday AS rollup
         (day, agent_id, tool, code, calls, replayed, correctable, recovered)

@@ -15,13 +15,13 @@ from django.db import connection
 from django.utils import timezone
 
 from analytics.models import DecisionRollup
+from analytics.selectors import audit_in_session_order, rollups_live, rollups_rebuilt
 from approvals.services import (
     ConfirmationError,
     confirmation_approve,
     confirmation_reject,
     confirmations_expire_due,
 )
-from dispatch.metrics import audit_in_session_order, rollups_live, rollups_rebuilt
 from dispatch.models import Agent, Confirmation
 from orders.models import Order, Refund
 from tests.approvals.conftest import HeldRefund, refund_call

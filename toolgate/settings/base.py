@@ -52,7 +52,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # The managers' pages and API: a slot each, a statement timeout, and an answer in time.
-    "approvals.heavy.ManagerRequestMiddleware",
+    "analytics.heavy.ManagerRequestMiddleware",
     # Last, as axes asks: it turns a login refused for a lockout into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -279,7 +279,7 @@ TOOLGATE_RESERVATION_CONNECTIONS = env.int("TOOLGATE_RESERVATION_CONNECTIONS", d
 
 # Managers' requests (the pages under /analytics/, the API under /api/v1/metrics) that may run at
 # once across the site, and the seconds each of their statements (and the what-if's replay) may
-# take: a report never holds the web processes the agents need (approvals/heavy.py). Keep the
+# take: a report never holds the web processes the agents need (analytics/heavy.py). Keep the
 # slots below gunicorn's workers, and the seconds well below its timeout.
 TOOLGATE_MANAGER_SLOTS = env.int("TOOLGATE_MANAGER_SLOTS", default=1)
 TOOLGATE_MANAGER_TIMEOUT_SECONDS = env.float("TOOLGATE_MANAGER_TIMEOUT_SECONDS", default=10.0)

@@ -2,7 +2,7 @@
 money, where the agent's recorded calls of a range would have gone under the draft.
 
 The calls are judged again by the pipeline's own policy stages (dispatch.pipeline.what_if,
-through dispatch.metrics). The page only reads: a GET with everything in the query string, so a
+through analytics.selectors). The page only reads: a GET with everything in the query string, so a
 draft is a URL that can be shared, and nothing executes or is written.
 """
 
@@ -18,10 +18,10 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from approvals.analytics import RANGES, Scope, managers_only, scope_from
-from approvals.heavy import manager_deadline, too_heavy_message
+from analytics.heavy import manager_deadline, too_heavy_message
+from analytics.selectors import RangeTooHeavy, policy_what_if
+from analytics.views import RANGES, Scope, managers_only, scope_from
 from approvals.money import money
-from dispatch.metrics import RangeTooHeavy, policy_what_if
 from dispatch.models import Agent
 from dispatch.pipeline.policy import Policy
 from dispatch.pipeline.what_if import (

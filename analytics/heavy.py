@@ -36,9 +36,9 @@ from rest_framework import status
 from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
+from analytics.selectors import RangeTooHeavy, statement_cancelled
 from dispatch.apis import JsonApi
 from dispatch.errors import error_body, is_api_request
-from dispatch.metrics import RangeTooHeavy, statement_cancelled
 
 # The managers' pages and API.
 MANAGER_PATHS = ("/analytics/", "/api/v1/metrics")

@@ -15,10 +15,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from analytics.heavy import ManagerApi, manager_deadline
+from analytics.selectors import call_figures, confirmation_outcomes, policy_what_if
 from approvals.apis import PersonalTokenAuthentication
-from approvals.heavy import ManagerApi, manager_deadline
 from dispatch.envelopes import ErrorEnvelope
-from dispatch.metrics import call_figures, confirmation_outcomes, policy_what_if
 from dispatch.models import Agent
 from dispatch.pipeline.what_if import (
     DRAFT_FIELDS,
@@ -60,7 +60,7 @@ class MetricsApi(ManagerApi):
             OpenApiParameter("bucket", str, enum=["hour", "day"], default="hour"),
         ],
         responses={
-            200: OpenApiResponse(description="the figures of dispatch/metrics.py"),
+            200: OpenApiResponse(description="the figures of analytics/selectors.py"),
             400: ErrorEnvelope,
             401: ErrorEnvelope,
             403: ErrorEnvelope,

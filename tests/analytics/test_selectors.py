@@ -18,8 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from analytics.models import DecisionRollup
-from approvals.services import confirmation_expire, confirmation_reject
-from dispatch.metrics import (
+from analytics.selectors import (
     CallFigures,
     audit_in_session_order,
     call_figures,
@@ -31,6 +30,7 @@ from dispatch.metrics import (
     rollups_live,
     rollups_rebuilt,
 )
+from approvals.services import confirmation_expire, confirmation_reject
 from dispatch.models import Agent, Confirmation
 from dispatch.pipeline.what_if import AUTO_EXECUTED, TWO_REVIEWERS, Tally, draft_of
 from dispatch.services import _pipeline, call_dispatch
@@ -357,7 +357,7 @@ def test_the_totals_alone_are_those_of_the_chart(calls_over_three_days: datetime
 # Decision times: from the daily histogram of decisions, and from the held calls at a range's ends
 
 
-# How far a percentile read from the histogram may be from the exact one (dispatch/metrics.py).
+# How far a percentile read from the histogram may be from the exact one (analytics/selectors.py).
 PRECISION = 0.045
 
 

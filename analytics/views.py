@@ -1,7 +1,7 @@
 """The managers' pages: the dashboard, the calls behind each of its figures, a session's timeline
 and the CSV of the table of calls by tool and code.
 
-Every figure comes from dispatch.metrics, the one metrics module; these views only choose the
+Every figure comes from analytics.selectors, the one metrics module; these views only choose the
 range and filters (all in the query string, so a URL is a view that can be shared) and lay the
 figures out. The pages work without JavaScript; static/analytics/analytics.js draws the charts
 from the same figures and makes their bars into links.
@@ -32,9 +32,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 from django.views.decorators.http import require_GET
 
-from approvals.models import ConfirmationEvent, EventKind
-from approvals.selectors import MANAGERS_GROUP, REVIEWERS_GROUP, user_in_group
-from dispatch.metrics import (
+from analytics.selectors import (
     NOT_REJECTED,
     CallFigures,
     call_figures,
@@ -43,6 +41,8 @@ from dispatch.metrics import (
     held_calls_behind,
     held_count,
 )
+from approvals.models import ConfirmationEvent, EventKind
+from approvals.selectors import MANAGERS_GROUP, REVIEWERS_GROUP, user_in_group
 from dispatch.models import Agent, AuditRecord, Confirmation, ConfirmationStatus
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, LOOP_DETECTED, OK, STEP_LIMIT, Code
 from dispatch.registry import tool_registry
