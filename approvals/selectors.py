@@ -27,7 +27,6 @@ from dispatch.pipeline.tools import ToolSpec
 from dispatch.registry import tool_registry
 
 REVIEWERS_GROUP = "reviewers"
-MANAGERS_GROUP = "managers"
 
 # How many pending items the queue shows at once: each reads its order and its conversation, and
 # the page reloads every few seconds.

@@ -26,7 +26,8 @@ from django.db.models import Q
 from django.utils import timezone
 from pydantic import BaseModel
 
-from analytics.selectors import BY_EXPIRY, decision_count
+from analytics.decisions import BY_EXPIRY
+from analytics.rollups import decision_count
 from approvals.models import ConfirmationEvent, EventKind, ReviewerLimit, Vote
 from approvals.money import money
 from approvals.webhooks import webhook_enqueue

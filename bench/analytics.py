@@ -154,12 +154,8 @@ def _measure(sizes: list[int], repeat: int) -> dict[str, Any]:
     from django.contrib.auth.models import Group, User
     from django.test import Client
 
-    from analytics.selectors import (
-        audit_in_session_order,
-        call_figures,
-        rollups_rebuilt,
-        rollups_replace,
-    )
+    from analytics.rollups import audit_in_session_order, rollups_rebuilt, rollups_replace
+    from analytics.selectors import call_figures
     from dispatch.services import agent_create
 
     agents = [

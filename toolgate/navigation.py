@@ -14,13 +14,8 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.functional import SimpleLazyObject
 
-from approvals.selectors import (
-    MANAGERS_GROUP,
-    pending_count,
-    unknown_count,
-    user_in_group,
-    user_is_reviewer,
-)
+from analytics.permissions import is_manager
+from approvals.selectors import pending_count, unknown_count, user_is_reviewer
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +86,7 @@ def places_for(user: AbstractBaseUser | AnonymousUser) -> list[Place]:
                 count=unknown or None,
             ),
         ]
-    if user_in_group(user, MANAGERS_GROUP):
+    if is_manager(user):
         places.append(
             Place(
                 "Analytics",
@@ -126,7 +121,7 @@ def landing_url(user: AbstractBaseUser | AnonymousUser) -> str:
         return reverse("admin:index")
     if user_is_reviewer(user):
         return reverse("approvals:queue")
-    if user_in_group(user, MANAGERS_GROUP):
+    if is_manager(user):
         return reverse("analytics:dashboard")
     return reverse("home")
 

@@ -141,7 +141,7 @@ def test_the_what_if_s_read_is_stopped_by_the_statement_timeout(
     traffic: Traffic, manager: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        "analytics.selectors._money_calls_sql", lambda start, until: (slow_statement(), [])
+        "analytics.replay._money_calls_sql", lambda start, until: (slow_statement(), [])
     )
     started = monotonic()
 

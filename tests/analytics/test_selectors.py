@@ -17,19 +17,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from analytics.decisions import decision_bucket, decision_seconds
 from analytics.models import DecisionRollup
-from analytics.selectors import (
-    CallFigures,
-    audit_in_session_order,
-    call_figures,
-    confirmation_outcomes,
-    decision_bucket,
-    decision_seconds,
-    policy_what_if,
-    recovery_rate,
-    rollups_live,
-    rollups_rebuilt,
-)
+from analytics.recovery import recovery_rate
+from analytics.replay import policy_what_if
+from analytics.rollups import audit_in_session_order, rollups_live, rollups_rebuilt
+from analytics.selectors import CallFigures, call_figures, confirmation_outcomes
 from approvals.services import confirmation_expire, confirmation_reject
 from dispatch.models import Agent, Confirmation
 from dispatch.pipeline.what_if import AUTO_EXECUTED, TWO_REVIEWERS, Tally, draft_of

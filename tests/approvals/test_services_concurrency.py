@@ -15,7 +15,7 @@ from django.db import connection
 from django.utils import timezone
 
 from analytics.models import DecisionRollup
-from analytics.selectors import audit_in_session_order, rollups_live, rollups_rebuilt
+from analytics.rollups import audit_in_session_order, rollups_live, rollups_rebuilt
 from approvals.services import (
     ConfirmationError,
     confirmation_approve,

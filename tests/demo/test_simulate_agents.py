@@ -13,7 +13,7 @@ from django.db.models import Sum
 from django.utils import timezone
 from pytest_django.live_server_helper import LiveServer
 
-from analytics.selectors import Recovery, recovery_rate
+from analytics.recovery import Recovery, recovery_rate
 from demo.fixtures import DEMO_AGENT_NAME, DEMO_TOKEN
 from demo.simulation import SCENARIOS
 from dispatch.models import Agent, AuditRecord

@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
-from analytics.selectors import (
+from analytics.rollups import (
     Rollups,
     audit_in_session_order,
     rollups_live,

@@ -9,7 +9,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from analytics.selectors import RECOVERY_WINDOW, Recovery, recovery_rate
+from analytics.counting import RECOVERY_WINDOW
+from analytics.recovery import Recovery, recovery_rate
 from demo.fixtures import DEMO_BASE_URL, demo_token
 from demo.simulation import (
     DEFAULT_MIX,
