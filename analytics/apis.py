@@ -17,7 +17,7 @@ from analytics.heavy import ManagerApi, manager_deadline
 from analytics.permissions import IsManager
 from analytics.ranges import DAY, HOUR, moment_in, range_problem
 from analytics.replay import policy_what_if
-from analytics.selectors import call_figures, confirmation_outcomes
+from analytics.selectors import call_figures, confirmation_outcomes, rollups_freshness
 from approvals.apis import PersonalTokenAuthentication
 from dispatch.envelopes import ErrorEnvelope
 from dispatch.models import Agent
@@ -80,15 +80,26 @@ class MetricsApi(ManagerApi):
             "tool": params.get("tool") or None,
         }
         calls = call_figures(**window, bucket=DAY if bucket == "day" else HOUR)
+        freshness = rollups_freshness()
         return Response(
             {
                 "time_zone": TIME_ZONE,
+                # The rollups' calls arrived before filled_until; the later ones are counted
+                # from their records.
+                "rollups": {
+                    "filled_until": _iso(freshness.filled_until),
+                    "filled_at": _iso(freshness.filled_at),
+                },
                 "since": since.isoformat(),
                 "until": until.isoformat(),
                 "calls": calls.as_dict(),
                 "confirmations": confirmation_outcomes(**window),
             }
         )
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(UTC).isoformat()
 
 
 def _range(params: Any, *, default: timedelta) -> tuple[datetime, datetime]:

@@ -11,7 +11,8 @@ counting of audit records into hourly rows, in one place.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import NamedTuple, Protocol
 
@@ -68,6 +69,75 @@ def passes(call: Call) -> bool:
 
 def correctable(call: Call, model_fixable: frozenset[str]) -> bool:
     return not passes(call) and call.code in model_fixable and call.step is not None
+
+
+class Record(NamedTuple):
+    """An audit record as a fill reads it."""
+
+    id: int
+    agent_id: int
+    session_id: str
+    step: int | None
+    tool: str
+    code: str
+    ok: bool
+    replayed: bool
+    at: datetime
+
+
+Session = tuple[int, str]
+# A session's rejections waiting for a fix, each with its stored row's id (None: not stored).
+Stored = Mapping[Session, list[tuple[int | None, Waiting]]]
+
+
+@dataclass(frozen=True)
+class Counted:
+    """What counting some records adds to the rollups."""
+
+    hours: Counts
+    # Stored waiting rejections that a call passed by or fixed.
+    settled: list[int]
+    # Rejections among the records still waiting for a fix.
+    waiting: list[Waiting]
+
+
+def count_in_order(
+    records: Iterable[Record], stored: Stored, model_fixable: frozenset[str]
+) -> Counted:
+    """The hourly counts of audit records given in the order their calls ended (their ids), each
+    call settling its session's waiting rejections as the call's own last statement once did:
+    those its next RECOVERY_WINDOW calls passed by, and those of its tool that it fixes, counted
+    as recovered in their own hour. `stored` holds the sessions' rejections still waiting from
+    earlier records."""
+    counts: Counts = defaultdict(lambda: [0, 0, 0, 0])
+    waiting: dict[Session, list[tuple[int | None, Waiting]]] = defaultdict(list)
+    for session, rows in stored.items():
+        waiting[session] = list(rows)
+    settled: list[int] = []
+    for record in records:
+        step = record.step or 0
+        row = counts[hour_floor(record.at), record.agent_id, record.tool, record.code]
+        row[0] += 1
+        row[1] += int(record.replayed)
+        session = (record.agent_id, record.session_id)
+        still = []
+        for stored_id, rejection in waiting[session]:
+            passed_by = rejection.step < step - RECOVERY_WINDOW
+            fixed = passes(record) and rejection.tool == record.tool and rejection.step < step
+            if not (passed_by or fixed):
+                still.append((stored_id, rejection))
+                continue
+            if not passed_by:
+                key = (rejection.hour, rejection.agent_id, rejection.tool, rejection.code)
+                counts[key][3] += 1
+            if stored_id is not None:
+                settled.append(stored_id)
+        if correctable(record, model_fixable):
+            row[2] += 1
+            still.append((None, _waiting(record)))
+        waiting[session] = still
+    added = [rejection for rows in waiting.values() for key, rejection in rows if key is None]
+    return Counted(dict(counts), settled, added)
 
 
 def counts_by_session(

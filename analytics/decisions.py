@@ -9,11 +9,14 @@ REVIEWER_DECISIONS, and an expiry, which is nobody's decision, is counted under 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import date, datetime
+from typing import Any, NamedTuple
 
 from django.db.models import DurationField, ExpressionWrapper, F, FilteredRelation, Q, QuerySet
 
+from analytics.ranges import utc_day
 from approvals.models import EventKind
 from dispatch.models import Confirmation
 
@@ -34,6 +37,35 @@ def decision_bucket(seconds: float) -> int:
     if seconds < 1:
         return 0
     return min(1 + math.floor(BUCKETS_PER_DOUBLING * math.log2(seconds)), LAST_BUCKET)
+
+
+# decisions per UTC day of the hold, agent, tool, who decided and bucket.
+DecisionCounts = dict[tuple[date, int, str, str, int], int]
+
+
+class Decision(NamedTuple):
+    agent_id: int
+    tool: str
+    decided_by: str
+    created_at: datetime
+    decided_at: datetime
+
+
+def decided_by(kind: str, actor_label: str) -> str:
+    """Who a deciding event says decided: its reviewer, or BY_EXPIRY."""
+    return BY_EXPIRY if kind == EventKind.EXPIRED else actor_label
+
+
+def decisions_counted(decisions: Iterable[Decision]) -> DecisionCounts:
+    """The histogram's rows that the decisions add to."""
+    counts: DecisionCounts = defaultdict(int)
+    for decision in decisions:
+        wait = (decision.decided_at - decision.created_at).total_seconds()
+        day = utc_day(decision.created_at)
+        counts[
+            day, decision.agent_id, decision.tool, decision.decided_by, decision_bucket(wait)
+        ] += 1
+    return dict(counts)
 
 
 def decision_seconds(bucket: int) -> float:

@@ -112,3 +112,28 @@ class PendingRecovery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} step {self.step} {self.tool} {self.code}"
+
+
+class FillProgress(models.IntegerChoices):
+    DONE = 1
+    # Rows past last_id may have been counted by something other than a fill (the release before
+    # the fills counted every call in its own statement): the next fill refills them whole.
+    STARTED = 2
+
+
+class FillState(models.Model):
+    """How far the fills have counted one kind of row into the rollups (the shape of Zulip's
+    analytics FillState): everything up to last_id, the last audit record (`calls`) or
+    confirmation event (`decisions`) counted. Each fill moves it in the transaction that writes
+    the rows it counted (analytics/fills.py)."""
+
+    property = models.CharField(max_length=40, unique=True)
+    last_id = models.BigIntegerField(default=0)
+    # Every row that arrived before it was counted (and some after it: those before the lag).
+    end_time = models.DateTimeField()
+    state = models.PositiveSmallIntegerField(choices=FillProgress.choices)
+    # When a fill last moved it: a reader compares it before and after its reads.
+    last_modified = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.property} up to #{self.last_id} ({FillProgress(self.state).label})"

@@ -1,25 +1,30 @@
-"""The rollups' write side: rebuilt from the audit records and the held calls' decisions, compared
-with the live rows, and each decision counted in its day's histogram."""
+"""The rollups rebuilt from what is recorded, a way of counting independent of the fills': the
+audit records one session at a time, and the held calls' decisions from the held calls. What the
+fills must have arrived at (`rebuild_rollups --check`), and what replaces them
+(`rebuild_rollups`, or a fill that finds them half-filled: analytics/fills.py)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date
 
-from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from analytics.counting import COUNTED, Counts, DayCounts, Waiting, counts_by_session, days_of
-from analytics.decisions import BY_EXPIRY, decided, decision_bucket
+from analytics.decisions import (
+    BY_EXPIRY,
+    DECIDING_EVENTS,
+    Decision,
+    DecisionCounts,
+    decided,
+    decisions_counted,
+)
 from analytics.models import CallRollup, CallRollupDay, DecisionRollup, PendingRecovery
-from analytics.ranges import utc_day
 from dispatch.models import AuditRecord, Confirmation
 from dispatch.registry import tool_registry
 
-# decisions per day, agent, tool, who decided and bucket.
-DecisionCounts = dict[tuple[date, int, str, str, int], int]
+# Rows written at a time.
+BATCH = 2000
 
 
 @dataclass(frozen=True)
@@ -42,49 +47,67 @@ class Rollups:
         return len(self.hours) + len(self.days) + len(self.decisions)
 
 
-def rollups_rebuilt(records: Iterable[AuditRecord]) -> tuple[Rollups, list[Waiting]]:
+def rollups_rebuilt(
+    records: Iterable[AuditRecord], *, events_before: int | None = None
+) -> tuple[Rollups, list[Waiting]]:
     """The rollups, and the rejections still waiting for a fix, computed from audit records
-    given in order of agent, session and step, and from the held calls' decisions: what the
-    live counting must have arrived at."""
+    given in order of agent, session and step, and from the decisions of held calls (those whose
+    deciding event's id is below `events_before`, or all)."""
     hours, waiting = counts_by_session(records, tool_registry.catalogue.model_fixable())
-    return Rollups(hours, days_of(hours), _decisions_of_held()), waiting
+    return Rollups(hours, days_of(hours), decisions_of_held(events_before)), waiting
 
 
-def _decisions_of_held() -> DecisionCounts:
-    counts: DecisionCounts = defaultdict(int)
-    for created, agent_id, tool, decider, wait in decided(
-        Confirmation.objects.all(), "created_at", "agent_id", "tool"
-    ).iterator():
-        bucket = decision_bucket(wait.total_seconds())
-        counts[utc_day(created), agent_id, tool, decider or BY_EXPIRY, bucket] += 1
-    return dict(counts)
+def decisions_of_held(events_before: int | None = None) -> DecisionCounts:
+    held = Confirmation.objects.all()
+    if events_before is not None:
+        held = held.filter(events__kind__in=DECIDING_EVENTS, events__id__lt=events_before)
+    return decisions_counted(
+        Decision(agent_id, tool, decider or BY_EXPIRY, created, created + wait)
+        for created, agent_id, tool, decider, wait in decided(
+            held, "created_at", "agent_id", "tool"
+        ).iterator()
+    )
 
 
-def audit_in_session_order() -> QuerySet[AuditRecord]:
-    return AuditRecord.objects.order_by("agent_id", "session_id", "step", "at", "id").only(
+def audit_in_session_order(before: int | None = None) -> QuerySet[AuditRecord]:
+    """The audit records (those whose id is below `before`, or all) in the order a rebuild
+    counts them."""
+    records = (
+        AuditRecord.objects.all() if before is None else AuditRecord.objects.filter(id__lt=before)
+    )
+    return records.order_by("agent_id", "session_id", "step", "at", "id").only(
         "agent_id", "session_id", "step", "tool", "code", "ok", "replayed", "at"
     )
 
 
-@transaction.atomic
-def rollups_replace(rollups: Rollups, waiting: list[Waiting]) -> None:
-    """Put the rebuilt rollups in place of the live ones, in one transaction."""
-    for model in (CallRollup, CallRollupDay, DecisionRollup, PendingRecovery):
+def calls_replace(hours: Counts, waiting: list[Waiting]) -> None:
+    """Put rebuilt call rollups, and the rejections still waiting, in place of the live ones (in
+    the caller's transaction)."""
+    for model in (CallRollup, CallRollupDay, PendingRecovery):
         model.objects.all().delete()
     CallRollup.objects.bulk_create(
         (
-            CallRollup(hour=hour, agent_id=agent_id, tool=tool, code=code, **_named(values))
-            for (hour, agent_id, tool, code), values in rollups.hours.items()
+            CallRollup(hour=hour, agent_id=agent_id, tool=tool, code=code, **named(values))
+            for (hour, agent_id, tool, code), values in hours.items()
         ),
-        batch_size=2000,
+        batch_size=BATCH,
     )
     CallRollupDay.objects.bulk_create(
         (
-            CallRollupDay(day=day, agent_id=agent_id, tool=tool, code=code, **_named(values))
-            for (day, agent_id, tool, code), values in rollups.days.items()
+            CallRollupDay(day=day, agent_id=agent_id, tool=tool, code=code, **named(values))
+            for (day, agent_id, tool, code), values in days_of(hours).items()
         ),
-        batch_size=2000,
+        batch_size=BATCH,
     )
+    PendingRecovery.objects.bulk_create(
+        (PendingRecovery(**rejection._asdict()) for rejection in waiting), batch_size=BATCH
+    )
+
+
+def decisions_replace(decisions: DecisionCounts) -> None:
+    """Put a rebuilt histogram of decisions in place of the live one (in the caller's
+    transaction)."""
+    DecisionRollup.objects.all().delete()
     DecisionRollup.objects.bulk_create(
         (
             DecisionRollup(
@@ -93,18 +116,15 @@ def rollups_replace(rollups: Rollups, waiting: list[Waiting]) -> None:
                 tool=tool,
                 decided_by=decided_by,
                 bucket=bucket,
-                decisions=decisions,
+                decisions=count,
             )
-            for (day, agent_id, tool, decided_by, bucket), decisions in rollups.decisions.items()
+            for (day, agent_id, tool, decided_by, bucket), count in decisions.items()
         ),
-        batch_size=2000,
-    )
-    PendingRecovery.objects.bulk_create(
-        (PendingRecovery(**rejection._asdict()) for rejection in waiting), batch_size=2000
+        batch_size=BATCH,
     )
 
 
-def _named(values: list[int]) -> dict[str, int]:
+def named(values: list[int]) -> dict[str, int]:
     return dict(zip(COUNTED, values, strict=True))
 
 
@@ -131,30 +151,3 @@ def rollups_live() -> Rollups:
             )
         },
     )
-
-
-def decision_count(*, confirmation: Confirmation, decided_by: str) -> None:
-    """Count a decision in its day's histogram, in the decision's own transaction."""
-    assert confirmation.decided_at is not None
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _DECISION_COUNT,
-            {
-                "day": connection.ops.adapt_datefield_value(utc_day(confirmation.created_at)),
-                "agent_id": confirmation.agent_id,
-                "tool": confirmation.tool,
-                "decided_by": decided_by,
-                "bucket": decision_bucket(
-                    (confirmation.decided_at - confirmation.created_at).total_seconds()
-                ),
-            },
-        )
-
-
-_DECISION_COUNT = """
-    INSERT INTO dispatch_decisionrollup AS rollup
-        (day, agent_id, tool, decided_by, bucket, decisions)
-    VALUES (%(day)s, %(agent_id)s, %(tool)s, %(decided_by)s, %(bucket)s, 1)
-    ON CONFLICT (day, agent_id, tool, decided_by, bucket) DO UPDATE
-        SET decisions = rollup.decisions + 1
-"""

@@ -3,8 +3,10 @@
 Calls are counted in hourly and daily rollups (analytics.models.CallRollup, CallRollupDay), and
 decisions on held calls in a daily histogram (DecisionRollup): a figure over a long range reads
 its whole UTC days from the daily rows and only the hours at its ends from finer ones, so what it
-reads grows with the range, not with the calls. What each figure means is
-analytics/counting.py's; the calls behind a figure are read from the audit records themselves.
+reads grows with the range, not with the calls. To the rows the fills wrote it adds what was
+recorded since the last fill, counted the same way (analytics/fills.py), so a figure is current
+to the last call. What each figure means is analytics/counting.py's; the calls behind a figure
+are read from the audit records themselves.
 """
 
 from __future__ import annotations
@@ -17,14 +19,25 @@ from typing import Any, TypeVar
 
 from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
+from django.utils import timezone
 
-from analytics.counting import NOT_REJECTED
+from analytics.counting import NOT_REJECTED, Counts
 from analytics.decisions import (
     BY_EXPIRY,
     REVIEWER_DECISIONS,
     decided,
     decision_bucket,
+    decisions_counted,
     percentiles,
+)
+from analytics.fills import (
+    CALLS,
+    DECISIONS,
+    FillMark,
+    fill_mark,
+    read_consistently,
+    tail_counts,
+    tail_decisions,
 )
 from analytics.models import CallRollup, CallRollupDay, DecisionRollup
 from analytics.ranges import (
@@ -37,6 +50,7 @@ from analytics.ranges import (
     utc_day,
     whole_utc_days,
 )
+from analytics.rollups import named
 from dispatch.models import AuditRecord, Confirmation
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED
 from dispatch.registry import tool_registry
@@ -136,13 +150,29 @@ def call_figures(
     `bucket` None asks for the totals only. The database sums the rollups: what comes back is a
     row per tool and code, and per time bucket and code, however many calls the range holds.
     Whole UTC days are summed from the daily rows, unless the chart needs the hours in them
-    (buckets under a day, or days of a time zone whose midnights are not UTC's)."""
+    (buckets under a day, or days of a time zone whose midnights are not UTC's). The calls
+    recorded since the last fill are counted from their records."""
+    return read_consistently(
+        CALLS,
+        lambda mark: _call_figures(mark, since, until, agent_id, tool, bucket),
+    )
+
+
+def _call_figures(
+    mark: FillMark,
+    since: datetime,
+    until: datetime,
+    agent_id: int | None,
+    tool: str | None,
+    bucket: timedelta | None,
+) -> CallFigures:
     start, end = hour_floor(since), hour_after(until)
     if bucket is None or (bucket >= DAY and days_begin_at_utc_midnight(start, end)):
         first_day, last_day = whole_utc_days(start, end)
     else:
         first_day = last_day = utc_day(start)  # the chart needs every hour
-    truncate = TruncHour if bucket is not None and bucket < DAY else TruncDay
+    hourly = bucket is not None and bucket < DAY
+    truncate = TruncHour if hourly else TruncDay
     hours = CallRollup.objects.filter(_outside_days("hour", start, end, first_day, last_day))
     figures = CallFigures()
     for sums in (
@@ -156,7 +186,47 @@ def call_figures(
     days = CallRollupDay.objects.filter(day__gte=first_day, day__lt=last_day)
     for day_sums in _filtered(days, agent_id, tool).values("day", "tool", "code").annotate(**_SUMS):
         figures.add(midnight(day_sums["day"]), day_sums)
+    if not mark.half_filled:  # the rows are what the release before counted, up to now
+        _add_tail(figures, tail_counts(mark.last_id), (start, end), agent_id, tool, hourly)
     return figures
+
+
+def _add_tail(
+    figures: CallFigures,
+    tail: Counts,
+    hours: tuple[datetime, datetime],
+    agent_id: int | None,
+    tool: str | None,
+    hourly: bool,
+) -> None:
+    """Count the tail's hours within [hours) in the figures, each in its time bucket."""
+    zone = timezone.get_current_timezone()
+    for (hour, agent, counted_tool, code), values in tail.items():
+        if not hours[0] <= hour < hours[1]:
+            continue
+        if (agent_id is not None and agent != agent_id) or (
+            tool is not None and counted_tool != tool
+        ):
+            continue
+        key = hour if hourly else midnight(timezone.localtime(hour, zone).date(), zone)
+        figures.add(key, {"tool": counted_tool, "code": code, **named(values)})
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """How far the fills have counted calls: the figures read the rest from the records."""
+
+    # Calls that arrived before this are in the rollups (None: no fill has run).
+    filled_until: datetime | None
+    # When the last fill ran.
+    filled_at: datetime | None
+    # The rollups wait for a refill from the records (after an upgrade).
+    half_filled: bool
+
+
+def rollups_freshness() -> Freshness:
+    mark = fill_mark(CALLS)
+    return Freshness(mark.end_time, mark.last_modified, mark.half_filled)
 
 
 _Row = TypeVar("_Row", CallRollup, CallRollupDay, DecisionRollup, Confirmation, AuditRecord)
@@ -200,15 +270,9 @@ def confirmation_outcomes(
         for row in held.values("status").annotate(count=Count("pk")).order_by()
     }
     first_day, last_day = whole_utc_days(since, until)
-    histograms: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    days = DecisionRollup.objects.filter(day__gte=first_day, day__lt=last_day)
-    for decided_by, bucket, decisions in (
-        _filtered(days, agent_id, tool)
-        .values_list("decided_by", "bucket")
-        .annotate(Sum("decisions"))
-        .order_by()
-    ):
-        histograms[decided_by][bucket] += decisions
+    histograms = read_consistently(
+        DECISIONS, lambda mark: _decision_days(mark, (first_day, last_day), agent_id, tool)
+    )
     ends = held.filter(_outside_days("created_at", since, until, first_day, last_day))
     for decider, wait in decided(ends).iterator():
         histograms[decider or BY_EXPIRY][decision_bucket(wait.total_seconds())] += 1
@@ -225,6 +289,36 @@ def confirmation_outcomes(
             if reviewer != BY_EXPIRY
         },
     }
+
+
+Histograms = dict[str, dict[int, int]]
+
+
+def _decision_days(
+    mark: FillMark, days: tuple[date, date], agent_id: int | None, tool: str | None
+) -> Histograms:
+    """The decision times of the held calls of the whole UTC days [days), by who decided: from
+    the histogram's rows, and from the events since the last fill."""
+    histograms: Histograms = defaultdict(lambda: defaultdict(int))
+    rows = DecisionRollup.objects.filter(day__gte=days[0], day__lt=days[1])
+    for decided_by, bucket, decisions in (
+        _filtered(rows, agent_id, tool)
+        .values_list("decided_by", "bucket")
+        .annotate(Sum("decisions"))
+        .order_by()
+    ):
+        histograms[decided_by][bucket] += decisions
+    if days[0] < days[1] and not mark.half_filled:
+        where: dict[str, Any] = {}
+        if agent_id is not None:
+            where["confirmation__agent_id"] = agent_id
+        if tool is not None:
+            where["confirmation__tool"] = tool
+        created = (midnight(days[0]), midnight(days[1]))
+        since_fill = tail_decisions(mark.last_id, created=created, **where)
+        for (_, _, _, decided_by, bucket), count in decisions_counted(since_fill).items():
+            histograms[decided_by][bucket] += count
+    return histograms
 
 
 def held_count(

@@ -43,6 +43,7 @@ from analytics.selectors import (
     confirmation_outcomes,
     held_calls_behind,
     held_count,
+    rollups_freshness,
 )
 from approvals.models import ConfirmationEvent
 from approvals.reviewers import is_reviewer
@@ -71,6 +72,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "until_date": scope.until_date(),
         "export_query": scope_query(request.GET),
         "tz_name": timezone.get_current_timezone_name(),
+        "freshness": rollups_freshness(),
     }
     if figures.total.calls:
         context.update(_dashboard_figures(request, scope, figures))

@@ -208,7 +208,15 @@ CELERY_BEAT_SCHEDULE = {
         "task": "approvals.webhooks.webhooks_resend_task",
         "schedule": env.float("TOOLGATE_EXECUTION_SWEEP_SECONDS", default=20.0),
     },
+    # The managers' rollups, filled from the audit records and the event log (analytics/fills.py).
+    "fill-rollups": {
+        "task": "analytics.tasks.rollups_fill_task",
+        "schedule": env.float("TOOLGATE_ROLLUP_FILL_SECONDS", default=60.0),
+    },
 }
+# A fill counts the calls and decisions that arrived longer ago than this: any later one may still
+# be committing. Keep it above the longest a call runs (gunicorn's timeout, 30 s, ends the others).
+TOOLGATE_ROLLUP_LAG_SECONDS = env.float("TOOLGATE_ROLLUP_LAG_SECONDS", default=60.0)
 # An approved confirmation is the outbox of its execution: not claimed by a worker this long after
 # its approval (or its last sending), it is sent again. A worker holds the one it executes under a
 # lease that it renews every third of it; a lease that lapsed (the worker died) is taken over.
