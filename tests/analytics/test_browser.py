@@ -25,6 +25,9 @@ from tests.conftest import MakeAgent, require_service
 from tests.e2e import conftest as e2e
 from tests.e2e.conftest import CHROMIUM, MakeBrowserUser, OpenTab, Tab
 
+# With the reviewers' browser tests under `-m browser`.
+pytestmark = pytest.mark.browser
+
 # tests/e2e's fixtures, for this module's tests: signed-in tabs that collect console errors and
 # run axe-core, and users with the tabs' password. They open this module's `browser`.
 open_tab = e2e.open_tab
