@@ -28,8 +28,6 @@ from dispatch.pipeline.review import FactKind, ReviewView, ToolWords
 from dispatch.pipeline.tools import ToolSpec, held_plurals
 from dispatch.registry import tool_registry
 
-MANAGERS_GROUP = "managers"
-
 # How many pending items the queue shows at once: each reads its subject and its conversation,
 # and the page reloads every few seconds.
 QUEUE_SHOWN = 50

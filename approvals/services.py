@@ -3,10 +3,10 @@
 Every transition of a confirmation happens here, in a transaction, with its row locked: two
 reviewers clicking at once, a double submit, or an approval racing the expiry make one decision
 and at most one execution. Each vote, decision and execution is written to the confirmation's
-event log (approvals.models.ConfirmationEvent), and each decision is counted in the histogram of
-decision times the analytics read (dispatch.metrics.decision_count). The decision also settles
-the held call's idempotency record, so that the agent's identical call gets the confirmation's
-state, its result or its rejection, and never a second confirmation for a call that was approved.
+event log (approvals.models.ConfirmationEvent), which is also where the analytics count the
+decisions from. The decision also settles the held call's idempotency record, so that the agent's
+identical call gets the confirmation's state, its result or its rejection, and never a second
+confirmation for a call that was approved.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from dispatch.held_money import (
     held_money_released,
     held_money_sum,
 )
-from dispatch.metrics import BY_EXPIRY, decision_count
 from dispatch.models import Agent, Confirmation, ConfirmationStatus
 from dispatch.pipeline import codes
 from dispatch.pipeline.allowance import HeldSum
@@ -198,7 +197,6 @@ def _approve(
             update_fields=["status", "decision_code", "decision_reason", "decided_at", "result"]
         )
         _event(confirmation, EventKind.INVALIDATED, reviewer, now, judged.message)
-        decision_count(confirmation=confirmation, decided_by=reviewer.get_username())
         webhook_enqueue(confirmation=confirmation, event="invalidated")
         held_money_released(confirmation=confirmation, now=now)
         # The call no longer passes: an identical call is judged anew.
@@ -209,7 +207,6 @@ def _approve(
     confirmation.decided_at = now
     confirmation.save(update_fields=["status", "decided_at"])
     _event(confirmation, EventKind.APPROVED, reviewer, now, "", _sum_data(customer_sum))
-    decision_count(confirmation=confirmation, decided_by=reviewer.get_username())
     webhook_enqueue(confirmation=confirmation, event="approved")
     held_money_approved(confirmation=confirmation)
     # Held until its execution ends: an identical call gets the confirmation's state meanwhile.
@@ -281,7 +278,6 @@ def _reject(
         update_fields=["status", "decision_code", "decision_reason", "decided_at", "result"]
     )
     _event(confirmation, EventKind.REJECTED, reviewer, now, reason)
-    decision_count(confirmation=confirmation, decided_by=reviewer.get_username())
     webhook_enqueue(confirmation=confirmation, event="rejected")
     held_money_released(confirmation=confirmation, now=now)
     # An identical call replays the rejection.
@@ -601,7 +597,6 @@ def _expire_if_due(confirmation: Confirmation, now: datetime) -> bool:
     confirmation.decision_reason = "No reviewer decided before it expired."
     confirmation.save(update_fields=["status", "decided_at", "decision_code", "decision_reason"])
     _event(confirmation, EventKind.EXPIRED, None, now)
-    decision_count(confirmation=confirmation, decided_by=BY_EXPIRY)
     webhook_enqueue(confirmation=confirmation, event="expired")
     held_money_released(confirmation=confirmation, now=now)
     # An expired call may be held again.

@@ -2,12 +2,12 @@
 
 simulate_agents' conversations are played in this process rather than over HTTP: each call goes
 through the pipeline (call_dispatch) with the pipeline's clock set to its moment in the past, so
-its audit record, rollups and held confirmation carry that time. The refunds held for a human are
-decided by the demo reviewers through the approval services, at their decision's time, in time
-order with the calls: a call is judged after every decision made before its moment and before
-every one made after, as it would have been, so the customer's sum it saw is the one the
-what-if's replay of the recorded facts sees. Orders of its own keep the README's orders as they
-were.
+its audit record and held confirmation carry that time, and so do the rollups once filled. The
+refunds held for a human are decided by the demo reviewers through the approval services, at
+their decision's time, in time order with the calls: a call is judged after every decision made
+before its moment and before every one made after, as it would have been, so the customer's sum
+it saw is the one the what-if's replay of the recorded facts sees. Orders of its own keep the
+README's orders as they were.
 """
 
 from __future__ import annotations

@@ -15,14 +15,9 @@ from django.urls import reverse
 from django.utils.functional import SimpleLazyObject
 from django.utils.text import capfirst
 
+from analytics.permissions import is_manager
 from approvals.reviewers import is_reviewer
-from approvals.selectors import (
-    MANAGERS_GROUP,
-    pending_count,
-    unknown_count,
-    user_in_group,
-    what_is_held,
-)
+from approvals.selectors import pending_count, unknown_count, what_is_held
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +89,7 @@ def places_for(user: AbstractBaseUser | AnonymousUser) -> list[Place]:
                 count=unknown or None,
             ),
         ]
-    if user_in_group(user, MANAGERS_GROUP):
+    if is_manager(user):
         places.append(
             Place(
                 "Analytics",
@@ -129,7 +124,7 @@ def landing_url(user: AbstractBaseUser | AnonymousUser) -> str:
         return reverse("admin:index")
     if is_reviewer(user):
         return reverse("approvals:queue")
-    if user_in_group(user, MANAGERS_GROUP):
+    if is_manager(user):
         return reverse("analytics:dashboard")
     return reverse("home")
 

@@ -3,8 +3,8 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
+from analytics.apis import MetricsApi, PolicyWhatIfApi
 from approvals import apis as approvals_apis
-from approvals.metrics_apis import MetricsApi, PolicyWhatIfApi
 from toolgate import views
 
 urlpatterns = [
@@ -14,7 +14,7 @@ urlpatterns = [
     path("accounts/login/", views.RoleLoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("approvals/", include("approvals.urls")),
-    path("analytics/", include("approvals.analytics_urls")),
+    path("analytics/", include("analytics.urls")),
     path(
         "api/schema/",
         SpectacularAPIView.as_view(permission_classes=[AllowAny]),

@@ -55,14 +55,9 @@ class Backend(Protocol):
         ...
 
     def end_call(
-        self,
-        cursor: CursorWrapper,
-        settle: Mapping[str, Any] | None,
-        audit: Mapping[str, Any],
-        counts: Mapping[str, Any],
+        self, cursor: CursorWrapper, settle: Mapping[str, Any] | None, audit: Mapping[str, Any]
     ) -> None:
-        """Settle the key (if any), append the audit record, count the call in its rollup and
-        settle its session's pending rejections, all in the call's last request."""
+        """Settle the key (if any) and append the audit record, in the call's last request."""
         ...
 
 
@@ -103,14 +98,12 @@ class PostgreSQL:
         return row
 
     def end_call(
-        self,
-        cursor: CursorWrapper,
-        settle: Mapping[str, Any] | None,
-        audit: Mapping[str, Any],
-        counts: Mapping[str, Any],
+        self, cursor: CursorWrapper, settle: Mapping[str, Any] | None, audit: Mapping[str, Any]
     ) -> None:
-        statement = sql.END_ONLY_POSTGRESQL if settle is None else sql.END_WITH_SETTLE_POSTGRESQL
-        cursor.execute(statement, {**(settle or {}), **audit, **counts})
+        if settle is None:
+            cursor.execute(sql.AUDIT, audit)
+        else:
+            cursor.execute(sql.END_WITH_SETTLE_POSTGRESQL, {**settle, **audit})
 
 
 def _commits_on_its_own() -> bool:
@@ -155,36 +148,14 @@ class SQLite:
         return {**step, **(claimed or {})}
 
     def end_call(
-        self,
-        cursor: CursorWrapper,
-        settle: Mapping[str, Any] | None,
-        audit: Mapping[str, Any],
-        counts: Mapping[str, Any],
+        self, cursor: CursorWrapper, settle: Mapping[str, Any] | None, audit: Mapping[str, Any]
     ) -> None:
         if settle is not None:
             cursor.execute(sql.SETTLE, settle)
         cursor.execute(sql.AUDIT, audit)
-        params = {**audit, **counts}
-        cursor.execute(sql.ROLLUP, only(params, *_ROLLUP_PARAMS))
-        cursor.execute(sql.ROLLUP_DAY, only(params, *_ROLLUP_DAY_PARAMS))
-        cursor.execute(sql.RECOVERIES, only(params, *_RECOVERIES_PARAMS))
-        recovered: dict[tuple[Any, str, str], int] = {}
-        for hour, tool, code, was_recovered in cursor.fetchall():
-            if was_recovered:
-                recovered[hour, tool, code] = recovered.get((hour, tool, code), 0) + 1
-        for (hour, tool, code), count in recovered.items():
-            row = {"agent_id": audit["agent_id"], "tool": tool, "code": code, "recovered": count}
-            cursor.execute(sql.RECOVERED, {**row, "hour": hour})
-            # SQLite keeps times as UTC text: the day is its first ten characters.
-            cursor.execute(sql.RECOVERED_DAY, {**row, "day": str(hour)[:10]})
-        cursor.execute(sql.PENDING, only(params, *_PENDING_PARAMS))
 
 
 _STEP_PARAMS = ("agent_id", "session_id", "customer_id", "now")
-_ROLLUP_PARAMS = ("hour", "agent_id", "tool", "code", "replayed_count", "correctable_count")
-_ROLLUP_DAY_PARAMS = ("day", "agent_id", "tool", "code", "replayed_count", "correctable_count")
-_RECOVERIES_PARAMS = ("agent_id", "session_id", "call_step", "passes", "tool")
-_PENDING_PARAMS = ("agent_id", "session_id", "call_step", "tool", "code", "hour", "correctable")
 CLAIM_PARAMS = ("key", "agent_id", "session_id", "tool", "new_status", "count", "now")
 
 

@@ -129,95 +129,10 @@ STEP_POSTGRESQL = f"""
 # A call with no lookup reads nothing in its opening.
 NO_LOOKUP = "SELECT 1 AS nothing WHERE false"
 
-# The call counted in its hour's rollup row (dispatch/metrics.py).
-ROLLUP = """
-    INSERT INTO dispatch_callrollup AS rollup
-        (hour, agent_id, tool, code, calls, replayed, correctable, recovered)
-    VALUES (%(hour)s, %(agent_id)s, %(tool)s, %(code)s, 1, %(replayed_count)s,
-        %(correctable_count)s, 0)
-    ON CONFLICT (hour, agent_id, tool, code) DO UPDATE SET calls = rollup.calls + 1,
-        replayed = rollup.replayed + excluded.replayed,
-        correctable = rollup.correctable + excluded.correctable
+# PostgreSQL: a call that settles its key ends in one statement, the key settled and its audit
+# record appended together. What managers count of the call is counted later from that record
+# (analytics/fills.py), not here.
+END_WITH_SETTLE_POSTGRESQL = f"""
+    WITH settled AS ({SETTLE})
+    {AUDIT}
 """
-
-# The same, in its UTC day's row: long ranges read days (dispatch/metrics.py).
-ROLLUP_DAY = """
-    INSERT INTO dispatch_callrollupday AS rollup
-        (day, agent_id, tool, code, calls, replayed, correctable, recovered)
-    VALUES (%(day)s, %(agent_id)s, %(tool)s, %(code)s, 1, %(replayed_count)s,
-        %(correctable_count)s, 0)
-    ON CONFLICT (day, agent_id, tool, code) DO UPDATE SET calls = rollup.calls + 1,
-        replayed = rollup.replayed + excluded.replayed,
-        correctable = rollup.correctable + excluded.correctable
-"""
-
-# The session's pending rejections that this call settles: those its next 3 calls have passed
-# by, and, if this call passes validation, the earlier ones of its tool, which it recovers. Exact
-# for a session's calls sent one after another, as an agent sends them; calls of one session sent
-# at once are counted in the order they end.
-RECOVERIES = """
-    DELETE FROM dispatch_pendingrecovery
-    WHERE agent_id = %(agent_id)s AND session_id = %(session_id)s
-        AND (step < %(call_step)s - 3 OR (%(passes)s AND tool = %(tool)s AND step < %(call_step)s))
-    RETURNING hour, tool, code, step >= %(call_step)s - 3 AS recovered
-"""
-
-RECOVERED = """
-    INSERT INTO dispatch_callrollup AS rollup
-        (hour, agent_id, tool, code, calls, replayed, correctable, recovered)
-    VALUES (%(hour)s, %(agent_id)s, %(tool)s, %(code)s, 0, 0, 0, %(recovered)s)
-    ON CONFLICT (hour, agent_id, tool, code) DO UPDATE
-        SET recovered = rollup.recovered + excluded.recovered
-"""
-
-RECOVERED_DAY = """
-    INSERT INTO dispatch_callrollupday AS rollup
-        (day, agent_id, tool, code, calls, replayed, correctable, recovered)
-    VALUES (%(day)s, %(agent_id)s, %(tool)s, %(code)s, 0, 0, 0, %(recovered)s)
-    ON CONFLICT (day, agent_id, tool, code) DO UPDATE
-        SET recovered = rollup.recovered + excluded.recovered
-"""
-
-# A rejection the model can fix waits for the session's next calls.
-PENDING = """
-    INSERT INTO dispatch_pendingrecovery (agent_id, session_id, step, tool, code, hour)
-    SELECT %(agent_id)s, %(session_id)s, %(call_step)s, %(tool)s, %(code)s, %(hour)s
-    WHERE %(correctable)s
-"""
-
-# PostgreSQL: a call ends in one statement: its key settled, its audit record appended, its
-# rollup rows (hour and day) bumped and its session's pending rejections settled, together. The
-# hour's row is written before the day's, here as in a rebuild's lock order.
-END_POSTGRESQL = """
-    WITH {settled}counted AS ({rollup}),
-    counted_day AS ({rollup_day}),
-    gone AS ({recoveries}),
-    recovered AS (
-        INSERT INTO dispatch_callrollup AS rollup
-            (hour, agent_id, tool, code, calls, replayed, correctable, recovered)
-        SELECT hour, %(agent_id)s, tool, code, 0, 0, 0, count(*) FROM gone WHERE recovered
-        GROUP BY hour, tool, code
-        ON CONFLICT (hour, agent_id, tool, code) DO UPDATE
-            SET recovered = rollup.recovered + excluded.recovered
-    ),
-    recovered_day AS (
-        INSERT INTO dispatch_callrollupday AS rollup
-            (day, agent_id, tool, code, calls, replayed, correctable, recovered)
-        SELECT (hour AT TIME ZONE 'UTC')::date, %(agent_id)s, tool, code, 0, 0, 0, count(*)
-        FROM gone WHERE recovered
-        GROUP BY (hour AT TIME ZONE 'UTC')::date, tool, code
-        ON CONFLICT (day, agent_id, tool, code) DO UPDATE
-            SET recovered = rollup.recovered + excluded.recovered
-    ),
-    pending AS ({pending})
-    {audit}
-"""
-_END_PARTS = {
-    "rollup": ROLLUP,
-    "rollup_day": ROLLUP_DAY,
-    "recoveries": RECOVERIES,
-    "pending": PENDING,
-    "audit": AUDIT,
-}
-END_WITH_SETTLE_POSTGRESQL = END_POSTGRESQL.format(settled=f"settled AS ({SETTLE}), ", **_END_PARTS)
-END_ONLY_POSTGRESQL = END_POSTGRESQL.format(settled="", **_END_PARTS)

@@ -17,7 +17,6 @@ from django.db.backends.utils import CursorWrapper
 from django.utils.dateparse import parse_datetime
 
 from dispatch.models import AuditRecord, CallChannel, Confirmation, IdempotencyRecord
-from dispatch.pipeline import codes
 from dispatch.pipeline.allowance import AllowanceHistory, AllowanceRequest, HoldReason
 from dispatch.pipeline.state import (
     AuditEntry,
@@ -231,10 +230,7 @@ class OrmState:
             "channel": self.channel,
         }
         self.backend.end_call(
-            self.cursor,
-            None if settlement is None else _settle_params(settlement),
-            audit,
-            _counts(entry, self.registry.catalogue.model_fixable()),
+            self.cursor, None if settlement is None else _settle_params(settlement), audit
         )
 
     def reserve_allowance(
@@ -258,24 +254,6 @@ def _first_decision(request: ClaimRequest) -> tuple[Verdict, KeyStatus]:
         exclusive=request.exclusive,
         confirmation_live=False,
     )
-
-
-def _counts(entry: AuditEntry, model_fixable: frozenset[str]) -> dict[str, Any]:
-    """What the call's rollup row and its session's pending rejections need of it."""
-    passes = entry.ok or entry.code == CONFIRMATION_REQUIRED_CODE
-    correctable = not passes and entry.code in model_fixable and entry.step is not None
-    return {
-        "hour": _db_time(entry.at.replace(minute=0, second=0, microsecond=0)),
-        "day": connection.ops.adapt_datefield_value(entry.at.astimezone(UTC).date()),
-        "replayed_count": int(entry.replayed),
-        "correctable_count": int(correctable),
-        "correctable": correctable,
-        "passes": passes,
-        "call_step": entry.step or 0,
-    }
-
-
-CONFIRMATION_REQUIRED_CODE = codes.CONFIRMATION_REQUIRED.name
 
 
 def _settle_params(settlement: Settlement) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, User
 
-from approvals.selectors import MANAGERS_GROUP, REVIEWERS_GROUP
+from analytics.permissions import MANAGERS_GROUP
+from approvals.selectors import REVIEWERS_GROUP
 from dispatch.models import Agent, Confirmation
 from dispatch.pipeline.results import CallResult
 from dispatch.services import call_dispatch

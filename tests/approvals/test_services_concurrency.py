@@ -14,14 +14,16 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 
+from analytics.fills import rollups_fill
+from analytics.models import DecisionRollup
+from analytics.rollups import audit_in_session_order, rollups_live, rollups_rebuilt
 from approvals.services import (
     ConfirmationError,
     confirmation_approve,
     confirmation_reject,
     confirmations_expire_due,
 )
-from dispatch.metrics import audit_in_session_order, rollups_live, rollups_rebuilt
-from dispatch.models import Agent, Confirmation, DecisionRollup
+from dispatch.models import Agent, Confirmation
 from orders.models import Order, Refund
 from tests.approvals.conftest import HeldRefund, refund_call
 
@@ -56,7 +58,9 @@ def ledger(order: Order) -> int:
 
 
 def decisions_counted() -> dict[str, int]:
-    """The decisions in the analytics' histogram, by who decided ("" for an expiry)."""
+    """The decisions in the analytics' histogram, by who decided ("" for an expiry), once a fill
+    counted them from the event log."""
+    rollups_fill(lag=timedelta(0))
     counted: dict[str, int] = {}
     for decided_by, decisions in DecisionRollup.objects.values_list("decided_by", "decisions"):
         counted[decided_by] = counted.get(decided_by, 0) + decisions
@@ -104,6 +108,8 @@ def test_reviewers_deciding_many_held_calls_at_once_count_each_decision_once(
         return run
 
     at_once(*(decide(reviewer) for reviewer in reviewers))
+    # The decisions are counted from the event log by a fill.
+    rollups_fill(lag=timedelta(0))
 
     deciders = dict(
         Confirmation.objects.filter(events__kind="rejected").values_list(

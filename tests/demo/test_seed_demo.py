@@ -13,14 +13,10 @@ from django.test import Client
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
+from analytics.replay import policy_what_if
+from analytics.rollups import audit_in_session_order, rollups_live, rollups_rebuilt
 from approvals.selectors import effective_status
 from demo.fixtures import DEMO_TOKEN
-from dispatch.metrics import (
-    audit_in_session_order,
-    policy_what_if,
-    rollups_live,
-    rollups_rebuilt,
-)
 from dispatch.models import Agent, AuditRecord, Confirmation, Policy
 from dispatch.pipeline.policy import CurrencyLimits
 from dispatch.services import agent_authenticate, agent_create, token_hash

@@ -13,9 +13,9 @@ from django.db.models import Sum
 from django.utils import timezone
 from pytest_django.live_server_helper import LiveServer
 
+from analytics.recovery import Recovery, recovery_rate
 from demo.fixtures import DEMO_AGENT_NAME, DEMO_TOKEN
 from demo.simulation import SCENARIOS
-from dispatch.metrics import Recovery, recovery_rate
 from dispatch.models import Agent, AuditRecord
 from orders.models import Order, Refund
 from tests.conftest import Run

@@ -14,7 +14,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from dispatch.metrics import policy_what_if
+from analytics.replay import policy_what_if
 from dispatch.models import Agent, Policy
 from dispatch.pipeline.allowance import execution_key
 from orders.models import Order
@@ -112,7 +112,7 @@ def test_the_policy_versions_per_currency_judge_the_demos_traffic_as_the_old_one
     agent.current_policy = old
     agent.save(update_fields=["current_policy"])
 
-    migration = importlib.import_module("dispatch.migrations.0016_policies_per_currency")
+    migration = importlib.import_module("dispatch.migrations.0017_policies_per_currency")
     migration._versions_per_currency(django_apps, None)
 
     agent.refresh_from_db()

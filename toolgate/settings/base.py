@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "orders",
     "dispatch",
     "approvals",
+    "analytics",
     "demo",
 ]
 
@@ -51,7 +52,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # The managers' pages and API: a slot each, a statement timeout, and an answer in time.
-    "approvals.heavy.ManagerRequestMiddleware",
+    "analytics.heavy.ManagerRequestMiddleware",
     # Last, as axes asks: it turns a login refused for a lockout into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -207,7 +208,15 @@ CELERY_BEAT_SCHEDULE = {
         "task": "approvals.webhooks.webhooks_resend_task",
         "schedule": env.float("TOOLGATE_EXECUTION_SWEEP_SECONDS", default=20.0),
     },
+    # The managers' rollups, filled from the audit records and the event log (analytics/fills.py).
+    "fill-rollups": {
+        "task": "analytics.tasks.rollups_fill_task",
+        "schedule": env.float("TOOLGATE_ROLLUP_FILL_SECONDS", default=60.0),
+    },
 }
+# A fill counts the calls and decisions that arrived longer ago than this: any later one may still
+# be committing. Keep it above the longest a call runs (gunicorn's timeout, 30 s, ends the others).
+TOOLGATE_ROLLUP_LAG_SECONDS = env.float("TOOLGATE_ROLLUP_LAG_SECONDS", default=60.0)
 # An approved confirmation is the outbox of its execution: not claimed by a worker this long after
 # its approval (or its last sending), it is sent again. A worker holds the one it executes under a
 # lease that it renews every third of it; a lease that lapsed (the worker died) is taken over.
@@ -281,7 +290,7 @@ TOOLGATE_RESERVATION_CONNECTIONS = env.int("TOOLGATE_RESERVATION_CONNECTIONS", d
 
 # Managers' requests (the pages under /analytics/, the API under /api/v1/metrics) that may run at
 # once across the site, and the seconds each of their statements (and the what-if's replay) may
-# take: a report never holds the web processes the agents need (approvals/heavy.py). Keep the
+# take: a report never holds the web processes the agents need (analytics/heavy.py). Keep the
 # slots below gunicorn's workers, and the seconds well below its timeout.
 TOOLGATE_MANAGER_SLOTS = env.int("TOOLGATE_MANAGER_SLOTS", default=1)
 TOOLGATE_MANAGER_TIMEOUT_SECONDS = env.float("TOOLGATE_MANAGER_TIMEOUT_SECONDS", default=10.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -12,6 +13,7 @@ from django.contrib.auth.models import Group, Permission, User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from analytics.fills import rollups_fill
 from approvals.models import ReviewerLimit
 from demo.fixtures import (
     DEMO_AGENT_NAME,
@@ -113,6 +115,9 @@ class Command(BaseCommand):
                 say=self.stdout.write,
                 sessions=options["history_sessions"],
             )
+        # Beat fills the rollups in production; here nothing else writes meanwhile, so every call
+        # and decision just recorded is counted at once (a later call is read from its record).
+        rollups_fill(lag=timedelta(0))
 
         self._print_instructions(token=token, password=password, base_url=base_url)
 

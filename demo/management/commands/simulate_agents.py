@@ -9,6 +9,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from analytics.counting import RECOVERY_WINDOW
+from analytics.recovery import Recovery, recovery_rate
 from demo.fixtures import DEMO_BASE_URL, demo_token
 from demo.simulation import (
     DEFAULT_MIX,
@@ -22,7 +24,6 @@ from demo.simulation import (
     run_simulation,
 )
 from dispatch.management.policies import integer_in_range
-from dispatch.metrics import RECOVERY_WINDOW, Recovery, recovery_rate
 from dispatch.models import AuditRecord
 from dispatch.services import agent_authenticate
 from orders.models import Order

@@ -396,7 +396,7 @@ def test_each_call_s_money_is_touched_a_bounded_number_of_times() -> None:
 # Against the core itself ---------------------------------------------------------------------
 
 # The codes of the calls a what-if judges again, and the outcome each records (as
-# dispatch.metrics reads them from the audit records).
+# analytics.selectors reads them from the audit records).
 RECORDED = {"OK": AUTO_EXECUTED, "CONFIRMATION_REQUIRED": ONE_REVIEWER, "POLICY_LIMIT": REFUSED}
 
 

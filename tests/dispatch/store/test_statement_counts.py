@@ -3,9 +3,9 @@
 On PostgreSQL the store counts the step, claims the key and reads the order the tool declares as
 its lookup in one statement, settles the key with the audit record, and a refund takes from the
 order and enters the ledger in one; SQLite, which has no data-modifying WITH, runs each of them
-as separate statements. BEGIN and COMMIT are not counted here:
-they are one round trip each, made on PostgreSQL only by a call that claims a write's key
-(tests/dispatch/test_services.py).
+as separate statements. What managers count of a call is counted later, from its audit record.
+BEGIN and COMMIT are not counted here: they are one round trip each, made on PostgreSQL only by
+a call that claims a write's key (tests/dispatch/test_services.py).
 """
 
 from __future__ import annotations
@@ -53,11 +53,11 @@ def _statements(make_agent: MakeAgent, tool: str, arguments: dict[str, object]) 
 def test_a_read_is_its_opening_with_the_order_then_its_audit(make_agent: MakeAgent) -> None:
     count = _statements(make_agent, "get_order", {"order_id": "ORD-1001"})
 
-    # On SQLite the end of the call is seven statements here: its audit record, its rollup rows
-    # (hour and day), its session's pending rejections settled, the one it recovers (the
-    # session's first call, get_order with no order id) counted in its hour and its day, and its
-    # own added. On PostgreSQL: one, the audit's.
-    assert count == (2 if ONE_STATEMENT else 10)
+    # On SQLite the step, the claim, the order the domain reads, and the audit record: the call
+    # no longer counts itself in the rollups nor settles its session's pending rejections (six
+    # statements here: beat's fills count it from its record, analytics/fills.py). On
+    # PostgreSQL: the opening and the audit record, as before.
+    assert count == (2 if ONE_STATEMENT else 4)
 
 
 def test_an_executed_refund_is_its_opening_with_the_order_its_refund_and_audit(
@@ -76,9 +76,9 @@ def test_an_executed_refund_is_its_opening_with_the_order_its_refund_and_audit(
 
     # On SQLite three more: the allowance's two reads and its reservation. On PostgreSQL those are
     # sent on the reservations' own connection (dispatch/store/allowance.py), not counted here.
-    # And on SQLite the rollup rows (hour and day), the session's pending rejections and its
-    # own: four more.
-    assert count == (3 if ONE_STATEMENT else 14)
+    # The rollup rows (hour and day) and the session's pending rejections, four more statements
+    # on SQLite before, are no longer the call's: beat's fills count it from its record.
+    assert count == (3 if ONE_STATEMENT else 10)
     orders["ORD-1001"].refresh_from_db()
     assert orders["ORD-1001"].refunded_cents == 500
 

@@ -10,18 +10,18 @@ from django.test.utils import CaptureQueriesContext
 
 from dispatch.models import AuditRecord, Confirmation
 from orders.models import Refund
-from tests.approvals import test_analytics
-from tests.approvals.test_analytics import Traffic, login_in_group
+from tests.analytics import test_views
+from tests.analytics.test_views import Traffic, login_in_group
 from tests.conftest import MakeAgent
 
 pytestmark = pytest.mark.usefixtures("orders")
 
 READS = ("SELECT", "SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")
 
-# test_analytics' traffic and signed-in manager.
-clock = test_analytics.clock
-traffic = test_analytics.traffic
-manager = test_analytics.manager
+# test_views' traffic and signed-in manager.
+clock = test_views.clock
+traffic = test_views.traffic
+manager = test_views.manager
 
 
 def outcome_rows(response: object) -> dict[str, tuple[int, int]]:

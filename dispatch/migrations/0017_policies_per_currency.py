@@ -59,7 +59,7 @@ def _held_calls_keep_their_currency(apps, schema_editor):  # type: ignore[no-unt
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("dispatch", "0015_held_money"),
+        ("dispatch", "0016_rollups_move_to_analytics"),
         ("orders", "0006_more_currencies"),
     ]
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dispatch.metrics import Recovery, recovery_rate
+from analytics.recovery import Recovery, recovery_rate
 from dispatch.models import Agent, AuditRecord
 from tests.conftest import MakeAgent
 

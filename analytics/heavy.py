@@ -38,7 +38,6 @@ from rest_framework.response import Response
 
 from dispatch.apis import JsonApi
 from dispatch.errors import error_body, is_api_request
-from dispatch.metrics import RangeTooHeavy, statement_cancelled
 
 # The managers' pages and API.
 MANAGER_PATHS = ("/analytics/", "/api/v1/metrics")
@@ -47,6 +46,19 @@ MANAGER_PATHS = ("/analytics/", "/api/v1/metrics")
 _SLOT_LOCKS = 0x746F6F6C
 # How soon a busy request may be sent again: about what a report takes.
 RETRY_AFTER_SECONDS = 2
+
+
+class RangeTooHeavy(Exception):
+    """The range holds more calls than can be judged within the time a manager's request has."""
+
+
+def statement_cancelled(error: BaseException) -> bool:
+    """Whether the database stopped a statement that ran out of time: PostgreSQL's statement
+    timeout (query_canceled), or SQLite's progress handler interrupting it."""
+    cause = error.__cause__ or error
+    return getattr(cause, "sqlstate", None) == "57014" or (
+        connection.vendor == "sqlite" and "interrupted" in str(cause)
+    )
 
 
 class RangeTooHeavyError(APIException):

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("dispatch", "0016_policies_per_currency"),
+        ("dispatch", "0017_policies_per_currency"),
     ]
 
     operations = [

@@ -16,17 +16,17 @@ from django.db import connection, transaction
 from django.test import Client
 from pytest_django.fixtures import Settings
 
-from approvals.heavy import manager_slot
-from tests.approvals import test_analytics
-from tests.approvals.test_analytics import Traffic
+from analytics.heavy import manager_slot
+from tests.analytics import test_views
+from tests.analytics.test_views import Traffic
 from tests.conftest import MakeAgent
 
 pytestmark = pytest.mark.usefixtures("orders")
 
-# test_analytics' traffic and signed-in manager.
-clock = test_analytics.clock
-traffic = test_analytics.traffic
-manager = test_analytics.manager
+# test_views' traffic and signed-in manager.
+clock = test_views.clock
+traffic = test_views.traffic
+manager = test_views.manager
 
 
 def slow_statement() -> str:
@@ -107,7 +107,7 @@ def agent_call(token: str) -> dict[str, Any]:
 def test_a_what_if_past_its_deadline_says_so_and_keeps_the_draft(
     traffic: Traffic, manager: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("approvals.what_if.manager_deadline", lambda request: monotonic() - 1)
+    monkeypatch.setattr("analytics.what_if.manager_deadline", lambda request: monotonic() - 1)
 
     response = manager.get(
         "/analytics/what-if/",
@@ -125,7 +125,7 @@ def test_a_what_if_past_its_deadline_says_so_and_keeps_the_draft(
 def test_the_what_if_api_past_its_deadline_answers_in_its_json_envelope(
     traffic: Traffic, manager: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("approvals.metrics_apis.manager_deadline", lambda request: monotonic() - 1)
+    monkeypatch.setattr("analytics.apis.manager_deadline", lambda request: monotonic() - 1)
 
     response = manager.get("/api/v1/metrics/what-if", {"agent": str(traffic.shop.pk)})
 
@@ -141,7 +141,7 @@ def test_the_what_if_s_read_is_stopped_by_the_statement_timeout(
     traffic: Traffic, manager: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        "dispatch.metrics._money_calls_sql", lambda start, until: (slow_statement(), [])
+        "analytics.replay._money_calls_sql", lambda start, until: (slow_statement(), [])
     )
     started = monotonic()
 
@@ -156,7 +156,7 @@ def test_the_what_if_s_read_is_stopped_by_the_statement_timeout(
 def test_a_page_whose_statement_runs_out_of_time_says_so_not_500(
     manager: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("approvals.analytics.call_figures", run_slowly)
+    monkeypatch.setattr("analytics.views.call_figures", run_slowly)
     started = monotonic()
 
     response = manager.get("/analytics/", {"range": "30d"})
@@ -172,7 +172,7 @@ def test_a_page_whose_statement_runs_out_of_time_says_so_not_500(
 def test_the_metrics_api_out_of_time_answers_in_its_json_envelope(
     manager: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("approvals.metrics_apis.call_figures", run_slowly)
+    monkeypatch.setattr("analytics.apis.call_figures", run_slowly)
 
     response = manager.get("/api/v1/metrics")
 
@@ -235,7 +235,7 @@ def test_a_slot_is_let_go_however_the_request_ended(
     manager: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with monkeypatch.context() as patched:
-        patched.setattr("approvals.analytics.call_figures", run_slowly)
+        patched.setattr("analytics.views.call_figures", run_slowly)
         assert manager.get("/analytics/").status_code == 503
 
     with every_slot_taken():

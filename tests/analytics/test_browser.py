@@ -1,5 +1,5 @@
 """The analytics pages in a real browser: Playwright driving Debian's Chromium against
-pytest-django's live server, on the traffic of test_analytics, with tests/e2e's tabs (signed in,
+pytest-django's live server, on the traffic of test_views, with tests/e2e's tabs (signed in,
 console errors collected, axe-core's check).
 
 Without Chromium they skip and say so, except where TOOLGATE_REQUIRE_SERVICES=1 (CI), where they
@@ -20,10 +20,13 @@ from playwright.sync_api import Browser, sync_playwright
 
 from approvals.services import confirmation_reject
 from orders.models import Order
-from tests.approvals.test_analytics import Clock, Traffic, calls_where, record_traffic
+from tests.analytics.test_views import Clock, Traffic, calls_where, record_traffic
 from tests.conftest import MakeAgent, require_service
 from tests.e2e import conftest as e2e
 from tests.e2e.conftest import CHROMIUM, MakeBrowserUser, OpenTab, Tab
+
+# With the reviewers' browser tests under `-m browser`.
+pytestmark = pytest.mark.browser
 
 # tests/e2e's fixtures, for this module's tests: signed-in tabs that collect console errors and
 # run axe-core, and users with the tabs' password. They open this module's `browser`.
@@ -104,7 +107,7 @@ def decided_traffic(
     monkeypatch: pytest.MonkeyPatch,
     orders: dict[str, Order],
 ) -> Traffic:
-    """test_analytics' traffic sent ten minutes ago, its held call rejected by a reviewer now:
+    """test_views' traffic sent ten minutes ago, its held call rejected by a reviewer now:
     every chart has data, the time to decision too."""
     clock = Clock(monkeypatch)
     clock.now -= timedelta(minutes=10)

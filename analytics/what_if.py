@@ -2,26 +2,26 @@
 money, where the agent's recorded calls of a range would have gone under the draft.
 
 The calls are judged again by the pipeline's own policy stages (dispatch.pipeline.what_if,
-through dispatch.metrics). The page only reads: a GET with everything in the query string, so a
+through analytics/replay.py). The page only reads: a GET with everything in the query string, so a
 draft is a URL that can be shared, and nothing executes or is written.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
-from django import forms
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from approvals.analytics import RANGES, Scope, managers_only, scope_from
-from approvals.heavy import manager_deadline, too_heavy_message
+from analytics import formatting
+from analytics.forms import RANGES, DraftForm, Scope, scope_from
+from analytics.heavy import RangeTooHeavy, manager_deadline, too_heavy_message
+from analytics.permissions import managers_only
+from analytics.replay import policy_what_if
 from approvals.money import money
-from dispatch.metrics import RangeTooHeavy, policy_what_if
 from dispatch.models import Agent
 from dispatch.pipeline.policy import Policy
 from dispatch.pipeline.what_if import (
@@ -31,9 +31,7 @@ from dispatch.pipeline.what_if import (
     OUTCOMES,
     REFUSED,
     TWO_REVIEWERS,
-    Tally,
     WhatIf,
-    draft_of,
 )
 
 OUTCOME_LABELS = {
@@ -50,46 +48,6 @@ REASON_LABELS = {
     "possible_duplicate": "repeats money moved in another conversation",
     "over_maximum": "over the maximum amount",
 }
-FIELD_LABELS = {
-    "auto_approve_below_cents": ("Auto-approve below", "minor units, such as 5000 for 50.00"),
-    "auto_approve_window_seconds": (
-        "Auto-approve window",
-        "seconds over which a customer's money moved or on its way adds up",
-    ),
-    "two_reviewers_from_cents": ("Two reviewers from", "minor units; empty: one is always enough"),
-    "max_amount_cents": ("Maximum amount", "minor units; above it a call is refused"),
-    "daily_cap_cents": ("Daily cap", "minor units per currency and UTC day; empty: none"),
-}
-
-
-class DraftForm(forms.Form):
-    """The draft's thresholds; a field left as the page filled it keeps the current value."""
-
-    def __init__(self, data: Any, *, policy: Policy) -> None:
-        super().__init__(data)
-        for name, (low, high, _) in DRAFT_FIELDS.items():
-            label, help_text = FIELD_LABELS[name]
-            self.fields[name] = forms.IntegerField(
-                label=label,
-                help_text=help_text,
-                min_value=low,
-                max_value=high,
-                required=False,
-                widget=forms.NumberInput(attrs={"inputmode": "numeric"}),
-            )
-        self.policy = policy
-
-    def draft(self) -> Policy:
-        """The current policy where the form is invalid or silent, the draft where it speaks."""
-        self.is_valid()
-        changes: dict[str, int | None] = {}
-        for name, (_, _, nullable) in DRAFT_FIELDS.items():
-            if name in self.errors or name not in self.data:
-                continue
-            value = self.cleaned_data.get(name)
-            if value is not None or nullable:
-                changes[name] = value
-        return draft_of(self.policy, changes)
 
 
 @dataclass(frozen=True)
@@ -103,16 +61,6 @@ class OutcomeRow:
     change: str
 
 
-def _amounts(tally: Tally) -> str:
-    if not tally.calls:
-        return "\u2013"
-    return " + ".join(money(cents, currency) for currency, cents in tally.cents.items())
-
-
-def _calls(count: int) -> str:
-    return f"{count:,} call{'s' if count != 1 else ''}"
-
-
 def _outcome_rows(result: WhatIf) -> list[OutcomeRow]:
     rows = []
     for outcome in OUTCOMES:
@@ -122,8 +70,8 @@ def _outcome_rows(result: WhatIf) -> list[OutcomeRow]:
             OutcomeRow(
                 label=OUTCOME_LABELS[outcome],
                 outcome=outcome,
-                actual=_amounts(before),
-                draft=_amounts(after),
+                actual=formatting.amounts(before),
+                draft=formatting.amounts(after),
                 actual_calls=before.calls,
                 draft_calls=after.calls,
                 change=f"{difference:+,}" if difference else "no change",
@@ -137,8 +85,8 @@ def _moves(result: WhatIf) -> list[dict[str, Any]]:
         {
             "actual": OUTCOME_LABELS[move.actual],
             "draft": OUTCOME_LABELS[move.draft],
-            "calls": _calls(move.tally.calls),
-            "amount": _amounts(move.tally),
+            "calls": formatting.calls(move.tally.calls),
+            "amount": formatting.amounts(move.tally),
             "examples": [
                 {
                     "call_id": verdict.call.call_id,
@@ -155,6 +103,20 @@ def _moves(result: WhatIf) -> list[dict[str, Any]]:
             "more": move.tally.calls - len(move.examples),
         }
         for move in result.moves
+    ]
+
+
+def _draft_fields(form: DraftForm, policy: Policy, draft: Policy) -> list[dict[str, Any]]:
+    """Each threshold's field, beside the current policy's value and whether the draft changes
+    it."""
+    return [
+        {
+            "field": form[name],
+            "current": _policy_value(policy, name),
+            "value": form.data.get(name, _policy_value(policy, name)),
+            "changed": getattr(draft, name) != getattr(policy, name),
+        }
+        for name in DRAFT_FIELDS
     ]
 
 
@@ -186,18 +148,11 @@ def what_if(request: HttpRequest) -> HttpResponse:
         scope=scope,
         scope_form=scope_form,
         form=form,
-        fields=[
-            {
-                "field": form[name],
-                "current": _policy_value(policy, name),
-                "value": form.data.get(name, _policy_value(policy, name)),
-                "changed": getattr(draft, name) != getattr(policy, name),
-            }
-            for name in DRAFT_FIELDS
-        ],
+        fields=_draft_fields(form, policy, draft),
         changed=draft != policy,
-        since_date=timezone.localtime(scope.since).date().isoformat(),
-        until_date=timezone.localtime(scope.until - timedelta(microseconds=1)).date().isoformat(),
+        since_date=scope.since_date(),
+        until_date=scope.until_date(),
+        tz_name=timezone.get_current_timezone_name(),
     )
     try:
         result = policy_what_if(

@@ -1,4 +1,5 @@
-"""GET /api/v1/metrics: the figures of the dashboard, for managers' credentials only."""
+"""GET /api/v1/metrics and /api/v1/metrics/what-if: the dashboard's figures and the what-if, for
+managers only (analytics/permissions.py). Times are read and written in UTC."""
 
 from __future__ import annotations
 
@@ -6,19 +7,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import ValidationError
-from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
+from analytics.heavy import ManagerApi, manager_deadline
+from analytics.permissions import IsManager
+from analytics.ranges import DAY, HOUR, moment_in, range_problem
+from analytics.replay import policy_what_if
+from analytics.selectors import call_figures, confirmation_outcomes, rollups_freshness
 from approvals.apis import PersonalTokenAuthentication
-from approvals.heavy import ManagerApi, manager_deadline
 from dispatch.envelopes import ErrorEnvelope
-from dispatch.metrics import call_figures, confirmation_outcomes, policy_what_if
 from dispatch.models import Agent
 from dispatch.pipeline.what_if import (
     DRAFT_FIELDS,
@@ -29,20 +30,9 @@ from dispatch.pipeline.what_if import (
     draft_of,
 )
 
-MANAGERS = "managers"
-LONGEST_RANGE = timedelta(days=366)
-
-
-class IsManager(BasePermission):
-    message = "Only managers may read the metrics."
-
-    def has_permission(self, request: Request, view: APIView) -> bool:
-        user = request.user
-        return bool(
-            getattr(user, "is_authenticated", False)
-            and hasattr(user, "groups")
-            and (user.is_superuser or user.groups.filter(name=MANAGERS).exists())
-        )
+# What the API says of the times it reads and writes.
+TIME_ZONE = "UTC"
+_IN_UTC = "a time without an offset is UTC; a date alone is that whole UTC day"
 
 
 class MetricsApi(ManagerApi):
@@ -53,14 +43,16 @@ class MetricsApi(ManagerApi):
         operation_id="metrics_read",
         summary="Call and confirmation figures for a time range (managers only)",
         parameters=[
-            OpenApiParameter("since", str, description="ISO 8601; default: 24 hours ago"),
-            OpenApiParameter("until", str, description="ISO 8601; default: now"),
+            OpenApiParameter(
+                "since", str, description=f"ISO 8601 ({_IN_UTC}); default: 24 hours ago"
+            ),
+            OpenApiParameter("until", str, description=f"ISO 8601 ({_IN_UTC}); default: now"),
             OpenApiParameter("agent", int, description="an agent's id"),
             OpenApiParameter("tool", str, description="a tool's name"),
             OpenApiParameter("bucket", str, enum=["hour", "day"], default="hour"),
         ],
         responses={
-            200: OpenApiResponse(description="the figures of dispatch/metrics.py"),
+            200: OpenApiResponse(description="the figures of analytics/selectors.py"),
             400: ErrorEnvelope,
             401: ErrorEnvelope,
             403: ErrorEnvelope,
@@ -74,7 +66,7 @@ class MetricsApi(ManagerApi):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        since, until = _range(params, default=timedelta(hours=24))
+        since, until = _range(params, default=DAY)
         agent = params.get("agent")
         if agent is not None and not agent.isdigit():
             raise ValidationError({"agent": "must be an agent's id (a whole number)"})
@@ -87,11 +79,17 @@ class MetricsApi(ManagerApi):
             "agent_id": int(agent) if agent is not None else None,
             "tool": params.get("tool") or None,
         }
-        calls = call_figures(
-            **window, bucket=timedelta(days=1) if bucket == "day" else timedelta(hours=1)
-        )
+        calls = call_figures(**window, bucket=DAY if bucket == "day" else HOUR)
+        freshness = rollups_freshness()
         return Response(
             {
+                "time_zone": TIME_ZONE,
+                # The rollups' calls arrived before filled_until; the later ones are counted
+                # from their records.
+                "rollups": {
+                    "filled_until": _iso(freshness.filled_until),
+                    "filled_at": _iso(freshness.filled_at),
+                },
                 "since": since.isoformat(),
                 "until": until.isoformat(),
                 "calls": calls.as_dict(),
@@ -100,25 +98,28 @@ class MetricsApi(ManagerApi):
         )
 
 
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(UTC).isoformat()
+
+
 def _range(params: Any, *, default: timedelta) -> tuple[datetime, datetime]:
-    """The query's since and until: until defaults to now, since to `default` before it."""
-    until = _moment(params.get("until"), "until") or timezone.now()
-    since = _moment(params.get("since"), "since") or until - default
-    if since >= until or until - since > LONGEST_RANGE:
-        raise ValidationError({"since": "must be before until, and at most a year before it"})
+    """The query's since and until, read in UTC: until defaults to now, since to `default`
+    before it."""
+    until = _moment(params.get("until"), "until", end=True) or timezone.now()
+    since = _moment(params.get("since"), "since", end=False) or until - default
+    problem = range_problem(since, until)
+    if problem is not None:
+        raise ValidationError({"since": problem})
     return since, until
 
 
-def _moment(text: str | None, name: str) -> datetime | None:
+def _moment(text: str | None, name: str, *, end: bool) -> datetime | None:
     if not text:
         return None
     try:
-        moment = parse_datetime(text)
-    except ValueError:
-        moment = None
-    if moment is None:
-        raise ValidationError({name: "must be ISO 8601, such as 2026-12-03T10:00Z"})
-    return moment if timezone.is_aware(moment) else moment.replace(tzinfo=UTC)
+        return moment_in(text, UTC, end=end)
+    except ValueError as error:
+        raise ValidationError({name: f"{error} Such as 2026-12-03T10:00Z."}) from None
 
 
 class PolicyWhatIfApi(ManagerApi):
@@ -136,8 +137,10 @@ class PolicyWhatIfApi(ManagerApi):
         ),
         parameters=[
             OpenApiParameter("agent", int, required=True, description="an agent's id"),
-            OpenApiParameter("since", str, description="ISO 8601; default: 7 days ago"),
-            OpenApiParameter("until", str, description="ISO 8601; default: now"),
+            OpenApiParameter(
+                "since", str, description=f"ISO 8601 ({_IN_UTC}); default: 7 days ago"
+            ),
+            OpenApiParameter("until", str, description=f"ISO 8601 ({_IN_UTC}); default: now"),
             *[
                 OpenApiParameter(
                     name,
@@ -166,7 +169,7 @@ class PolicyWhatIfApi(ManagerApi):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        since, until = _range(params, default=timedelta(days=7))
+        since, until = _range(params, default=7 * DAY)
         agent_id = params.get("agent", "")
         agent = (
             Agent.objects.select_related("current_policy").filter(pk=int(agent_id)).first()
@@ -178,20 +181,8 @@ class PolicyWhatIfApi(ManagerApi):
         if agent.current_policy is None:
             raise ValidationError({"agent": f"agent {agent.name} has no policy"})
         policy = agent.current_policy.snapshot()
-        changes: dict[str, int | None] = {}
-        for name, (_, _, nullable) in DRAFT_FIELDS.items():
-            text = params.get(name)
-            if text is None:
-                continue
-            if text == "" and nullable:
-                changes[name] = None
-            elif text.isdigit() and len(text) < 20:
-                changes[name] = int(text)
-            else:
-                also = ", or empty for no such limit" if nullable else ""
-                raise ValidationError({name: f"must be a whole number{also}"})
         try:
-            draft = draft_of(policy, changes)
+            draft = draft_of(policy, _draft_changes(params))
         except DraftError as error:
             raise ValidationError({error.field: error.message}) from None
         result = policy_what_if(
@@ -203,6 +194,7 @@ class PolicyWhatIfApi(ManagerApi):
         )
         return Response(
             {
+                "time_zone": TIME_ZONE,
                 "since": since.isoformat(),
                 "until": until.isoformat(),
                 "agent": agent.pk,
@@ -211,6 +203,23 @@ class PolicyWhatIfApi(ManagerApi):
                 **what_if_as_json(result),
             }
         )
+
+
+def _draft_changes(params: Any) -> dict[str, int | None]:
+    """The draft's values the query gives, as numbers (None: no such limit)."""
+    changes: dict[str, int | None] = {}
+    for name, (_, _, nullable) in DRAFT_FIELDS.items():
+        text = params.get(name)
+        if text is None:
+            continue
+        if text == "" and nullable:
+            changes[name] = None
+        elif text.isdigit() and len(text) < 20:
+            changes[name] = int(text)
+        else:
+            also = ", or empty for no such limit" if nullable else ""
+            raise ValidationError({name: f"must be a whole number{also}"})
+    return changes
 
 
 def what_if_as_json(result: WhatIf) -> dict[str, Any]:

@@ -1,0 +1,324 @@
+"""The managers' pages: the dashboard, the calls behind each of its figures, a call, a session's
+timeline and the CSV of the table of calls by tool and code.
+
+Every figure comes from analytics.selectors; these views only take the range and filters from the
+query string (analytics/forms.py) and lay the figures out (figures.py, charts.py). The pages work
+without JavaScript; static/analytics/analytics.js draws the charts from the same figures and
+makes their bars into links.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.paginator import Page, Paginator
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from analytics import formatting
+from analytics.charts import chart_data
+from analytics.decisions import DECIDING_EVENTS
+from analytics.figures import TABLE_SORTS, columns, headlines, scope_query, table_rows
+from analytics.forms import (
+    DRILLDOWN_FILTERS,
+    OUTCOME_WORDS,
+    RANGES,
+    CallsForm,
+    Scope,
+    scope_from,
+)
+from analytics.permissions import Reader, is_manager, managers_and_reviewers, managers_only
+from analytics.selectors import (
+    CallFigures,
+    call_figures,
+    calls_behind,
+    confirmation_outcomes,
+    held_calls_behind,
+    held_count,
+    rollups_freshness,
+)
+from approvals.models import ConfirmationEvent
+from approvals.reviewers import is_reviewer
+from dispatch.models import Agent, AuditRecord, Confirmation
+from dispatch.registry import tool_registry
+
+CALLS_PER_PAGE = 50
+# How much of the raw arguments a list shows; the call's own page shows them whole.
+RAW_SHOWN = 160
+
+
+@require_GET
+@managers_only
+def dashboard(request: HttpRequest) -> HttpResponse:
+    scope, form = scope_from(request.GET)
+    figures = call_figures(**scope.filters(), bucket=scope.bucket)
+    context: dict[str, Any] = {
+        "scope": scope,
+        "form": form,
+        "ranges": RANGES,
+        "agents": Agent.objects.order_by("name"),
+        "tools": _tool_choices(scope),
+        "any_calls": figures.total.calls > 0 or AuditRecord.objects.exists(),
+        "has_calls": figures.total.calls > 0,
+        "since_date": scope.since_date(),
+        "until_date": scope.until_date(),
+        "export_query": scope_query(request.GET),
+        "tz_name": timezone.get_current_timezone_name(),
+        "freshness": rollups_freshness(),
+    }
+    if figures.total.calls:
+        context.update(_dashboard_figures(request, scope, figures))
+    return render(request, "analytics/dashboard.html", context)
+
+
+def _dashboard_figures(request: HttpRequest, scope: Scope, figures: CallFigures) -> dict[str, Any]:
+    """What the dashboard shows of a range with calls: headlines, charts and the table."""
+    previous = scope.previous()
+    # Only its totals are shown.
+    before = call_figures(**previous.filters(), bucket=None)
+    outcomes = confirmation_outcomes(**scope.filters())
+    charts = chart_data(scope, figures, outcomes)
+    sort = request.GET.get("sort", "calls")
+    sort = sort if sort in TABLE_SORTS else "calls"
+    held, held_before = sum(outcomes["by_status"].values()), held_count(**previous.filters())
+    return {
+        "headlines": headlines(scope, figures, before, held, held_before),
+        "charts": charts,
+        # The rows are the tables beside the charts; the browser needs only the series.
+        "charts_drawn": {
+            name: {key: value for key, value in chart.items() if key != "rows"}
+            for name, chart in charts.items()
+        },
+        "rows": table_rows(scope, figures, sort),
+        "sort": sort,
+        "columns": columns(request.GET, sort),
+        "total_calls": figures.total.calls,
+    }
+
+
+def _tool_choices(scope: Scope) -> list[str]:
+    tools = sorted(spec.name for spec in tool_registry)
+    if scope.tool and scope.tool not in tools:
+        tools.append(scope.tool)
+    return tools
+
+
+# The CSV of the table --------------------------------------------------------------------------
+
+CSV_COLUMNS = (
+    "tool",
+    "code",
+    "calls",
+    "share",
+    "rejected",
+    "correctable",
+    "recovered",
+    "recovery_rate",
+)
+
+
+def _cell(value: object) -> object:
+    # A tool name is whatever a model sent: a spreadsheet must not run it as a formula.
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+@require_GET
+@managers_only
+def export_csv(request: HttpRequest) -> HttpResponse:
+    scope, _ = scope_from(request.GET)
+    figures = call_figures(**scope.filters(), bucket=scope.bucket)
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    name = f"toolgate-calls-{formatting.iso(scope.since)}-{formatting.iso(scope.until)}.csv"
+    response["Content-Disposition"] = f'attachment; filename="{name.replace(":", "")}"'
+    writer = csv.writer(response)
+    writer.writerow(CSV_COLUMNS)
+    for row in table_rows(scope, figures, "calls"):
+        writer.writerow(
+            [
+                _cell(row.tool),
+                _cell(row.code),
+                row.calls,
+                f"{row.share:.4f}",
+                "yes" if row.kind == "rejected" else "no",
+                row.correctable,
+                row.recovered,
+                "" if row.recovery_rate is None else f"{row.recovery_rate:.4f}",
+            ]
+        )
+    return response
+
+
+# The calls behind a figure ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallRow:
+    record: AuditRecord
+    agent_name: str
+    raw_shown: str
+    truncated: bool
+    stage: str
+    kind: str
+    confirmation: Confirmation | None
+    confirmation_url: str | None
+    # Who settled the held call: a reviewer's name, or "expiry".
+    decided_by: str
+
+
+def confirmation_url(user: Reader, confirmation_id: str) -> str | None:
+    """Where a held call's confirmation is read: a reviewer's own page, or the admin's (read-only
+    for managers)."""
+    if not confirmation_id:
+        return None
+    if is_reviewer(user):
+        try:
+            return reverse("approvals:detail", args=[confirmation_id])
+        except NoReverseMatch:
+            pass
+    return reverse("admin:dispatch_confirmation_change", args=[confirmation_id])
+
+
+def call_rows(records: Iterable[AuditRecord], user: Reader) -> list[CallRow]:
+    records = list(records)
+    names = dict(
+        Agent.objects.filter(pk__in={r.agent_id for r in records}).values_list("pk", "name")
+    )
+    held = Confirmation.objects.in_bulk({r.confirmation_id for r in records if r.confirmation_id})
+    deciders = dict(
+        ConfirmationEvent.objects.filter(
+            confirmation_id__in=held, kind__in=DECIDING_EVENTS
+        ).values_list("confirmation_id", "actor_label")
+    )
+    rows = []
+    for record in records:
+        raw = record.raw_arguments
+        rows.append(
+            CallRow(
+                record=record,
+                agent_name=names.get(record.agent_id, str(record.agent_id)),
+                raw_shown=raw if len(raw) <= RAW_SHOWN else raw[:RAW_SHOWN] + "…",
+                truncated=len(raw) > RAW_SHOWN,
+                stage=formatting.stage(record.code),
+                kind=formatting.code_kind(record.code),
+                confirmation=held.get(record.confirmation_id),
+                confirmation_url=confirmation_url(user, record.confirmation_id),
+                decided_by=deciders.get(record.confirmation_id, ""),
+            )
+        )
+    return rows
+
+
+def calls_for(scope: Scope, data: Mapping[str, Any]) -> QuerySet[AuditRecord]:
+    outcome = data.get("outcome") or ""
+    if outcome == "held":
+        return held_calls_behind(
+            **scope.filters(),
+            status=data.get("status") or None,
+            decided_by=data.get("decided_by") or None,
+        )
+    return calls_behind(
+        **scope.filters(),
+        code=data.get("code") or None,
+        rejected=outcome == "rejected",
+        correctable=outcome == "correctable",
+        replayed=outcome == "replayed",
+    )
+
+
+def _describe(scope: Scope, data: Mapping[str, Any]) -> list[str]:
+    """The filters, in words, for the page's heading."""
+    words = [f"{formatting.when(scope.since)} to {formatting.when(scope.until)}"]
+    if scope.agent is not None:
+        words.append(f"agent {scope.agent.name}")
+    if scope.tool:
+        words.append(f"tool {scope.tool}")
+    if data.get("code"):
+        words.append(f"code {data['code']}")
+    if data.get("outcome"):
+        words.append(OUTCOME_WORDS[data["outcome"]])
+    if data.get("status"):
+        words.append(f"now {data['status']}")
+    if data.get("decided_by"):
+        words.append(f"decided by {data['decided_by']}")
+    return words
+
+
+@require_GET
+@managers_only
+def calls(request: HttpRequest) -> HttpResponse:
+    scope, _ = scope_from(request.GET)
+    form = CallsForm(request.GET)
+    form.is_valid()
+    # A filter that is not valid is left out (and the form says why); the others still apply.
+    data = {key: form.cleaned_data.get(key) or "" for key in DRILLDOWN_FILTERS}
+    records = calls_for(scope, data).order_by("-at", "-id")
+    page: Page[AuditRecord] = Paginator(records, CALLS_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "scope": scope,
+        "form": form,
+        "description": _describe(scope, data),
+        "page": page,
+        "rows": call_rows(page.object_list, request.user),
+        "page_query": query.urlencode(),
+        "dashboard_query": scope_query(request.GET),
+    }
+    return render(request, "analytics/calls.html", context)
+
+
+@require_GET
+@managers_and_reviewers
+def call_detail(request: HttpRequest, call_id: str) -> HttpResponse:
+    record = get_object_or_404(AuditRecord, call_id=call_id)
+    row = call_rows([record], request.user)[0]
+    known = formatting.code_of(record.code)
+    return render(
+        request,
+        "analytics/call.html",
+        {
+            "row": row,
+            "record": record,
+            "meaning": known.meaning if known else "",
+            "validated": json.dumps(record.arguments, indent=2, ensure_ascii=False),
+        },
+    )
+
+
+# A session's timeline --------------------------------------------------------------------------
+
+
+@require_GET
+@managers_and_reviewers
+def session_timeline(request: HttpRequest, agent_id: int, session_id: str) -> HttpResponse:
+    agent = get_object_or_404(Agent, pk=agent_id)
+    records = AuditRecord.objects.filter(agent=agent, session_id=session_id).order_by(
+        "step", "at", "id"
+    )
+    rows = call_rows(records, request.user)
+    if not rows:
+        raise Http404("No calls in that session.")
+    return render(
+        request,
+        "analytics/session.html",
+        {
+            "agent": agent,
+            "session_id": session_id,
+            "customer_id": rows[0].record.customer_id,
+            "rows": rows,
+            "first": rows[0].record.at,
+            "last": rows[-1].record.at,
+            "rejected": sum(1 for row in rows if row.kind == "rejected"),
+            "is_manager": is_manager(request.user),
+        },
+    )
