@@ -3,6 +3,7 @@ managers only (analytics/permissions.py). Times are read and written in UTC."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,6 +14,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from analytics.drafts import THRESHOLDS, WINDOW, draft_currencies, draft_read
 from analytics.heavy import ManagerApi, manager_deadline
 from analytics.permissions import IsManager
 from analytics.ranges import DAY, HOUR, moment_in, range_problem
@@ -21,8 +23,8 @@ from analytics.selectors import call_figures, confirmation_outcomes, rollups_fre
 from approvals.apis import PersonalTokenAuthentication
 from dispatch.envelopes import ErrorEnvelope
 from dispatch.models import Agent
+from dispatch.pipeline.policy import Policy
 from dispatch.pipeline.what_if import (
-    DRAFT_FIELDS,
     OUTCOMES,
     DraftError,
     Tally,
@@ -141,15 +143,18 @@ class PolicyWhatIfApi(ManagerApi):
                 "since", str, description=f"ISO 8601 ({_IN_UTC}); default: 7 days ago"
             ),
             OpenApiParameter("until", str, description=f"ISO 8601 ({_IN_UTC}); default: now"),
-            *[
-                OpenApiParameter(
-                    name,
-                    str,
-                    description=f"the draft value, {low} to {high}"
-                    + ("; empty for no such limit" if nullable else ""),
-                )
-                for name, (low, high, nullable) in DRAFT_FIELDS.items()
-            ],
+            OpenApiParameter(
+                WINDOW, int, description="the draft's window of the customer's sum, in seconds"
+            ),
+            OpenApiParameter(
+                "{CUR}_{threshold}",
+                str,
+                description="a currency's draft threshold in its major units, such as "
+                "BRL_auto_approve_below=100 (100.00 BRL), JPY_max_amount=30000, "
+                "KWD_daily_cap=12.250; the thresholds: " + ", ".join(THRESHOLDS) + "; empty for "
+                "no such limit where one may be none; a currency the policy sets none for takes "
+                "its maximum first",
+            ),
         ],
         responses={
             200: OpenApiResponse(
@@ -181,8 +186,19 @@ class PolicyWhatIfApi(ManagerApi):
         if agent.current_policy is None:
             raise ValidationError({"agent": f"agent {agent.name} has no policy"})
         policy = agent.current_policy.snapshot()
+        currencies = sorted(
+            set(draft_currencies(policy))
+            | {name.split("_", 1)[0] for name in params if re.match(r"^[A-Z]{3}_", name)}
+        )
+        read = draft_read({name: params.get(name, "") for name in params}, currencies, policy)
+        if read.problems:
+            raise ValidationError(read.problems)
         try:
-            draft = draft_of(policy, _draft_changes(params))
+            draft = draft_of(
+                policy,
+                {} if read.window is None else {WINDOW: read.window},
+                read.currencies,
+            )
         except DraftError as error:
             raise ValidationError({error.field: error.message}) from None
         result = policy_what_if(
@@ -198,28 +214,21 @@ class PolicyWhatIfApi(ManagerApi):
                 "since": since.isoformat(),
                 "until": until.isoformat(),
                 "agent": agent.pk,
-                "policy": {name: getattr(policy, name) for name in DRAFT_FIELDS},
-                "draft": {name: getattr(draft, name) for name in DRAFT_FIELDS},
+                "policy": _thresholds_json(policy, currencies),
+                "draft": _thresholds_json(draft, currencies),
                 **what_if_as_json(result),
             }
         )
 
 
-def _draft_changes(params: Any) -> dict[str, int | None]:
-    """The draft's values the query gives, as numbers (None: no such limit)."""
-    changes: dict[str, int | None] = {}
-    for name, (_, _, nullable) in DRAFT_FIELDS.items():
-        text = params.get(name)
-        if text is None:
-            continue
-        if text == "" and nullable:
-            changes[name] = None
-        elif text.isdigit() and len(text) < 20:
-            changes[name] = int(text)
-        else:
-            also = ", or empty for no such limit" if nullable else ""
-            raise ValidationError({name: f"must be a whole number{also}"})
-    return changes
+def _thresholds_json(policy: Policy, currencies: list[str]) -> dict[str, Any]:
+    """The window, and each currency's thresholds in its minor units (null: no such limit; a
+    currency with none at all is null: its calls are held for a human)."""
+    shown: dict[str, Any] = {}
+    for currency in currencies:
+        limits = policy.limits(currency)
+        shown[currency] = None if limits is None else limits._asdict()
+    return {WINDOW: policy.auto_approve_window_seconds, "currencies": shown}
 
 
 def what_if_as_json(result: WhatIf) -> dict[str, Any]:

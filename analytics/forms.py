@@ -17,6 +17,7 @@ from django.http import QueryDict
 from django.utils import timezone
 
 from analytics import formatting
+from analytics.drafts import draft_currencies, draft_read, parameter
 from analytics.ranges import (
     DAY,
     HOUR,
@@ -26,8 +27,9 @@ from analytics.ranges import (
     range_problem,
 )
 from dispatch.models import Agent, ConfirmationStatus
+from dispatch.money import exponent
 from dispatch.pipeline.policy import Policy
-from dispatch.pipeline.what_if import DRAFT_FIELDS, draft_of
+from dispatch.pipeline.what_if import draft_of
 
 RANGES: dict[str, tuple[str, timedelta]] = {
     "24h": ("Last 24 hours", DAY),
@@ -176,44 +178,55 @@ class CallsForm(ScopeForm):
     decided_by = forms.CharField(required=False, max_length=150, strip=True)
 
 
-FIELD_LABELS = {
-    "auto_approve_below_cents": ("Auto-approve below", "minor units, such as 5000 for 50.00"),
-    "auto_approve_window_seconds": (
-        "Auto-approve window",
-        "seconds over which a customer's money moved or on its way adds up",
+THRESHOLD_LABELS = {
+    "auto_approve_below": (
+        "Auto-approve below",
+        "the customer's sum below which no human is asked",
     ),
-    "two_reviewers_from_cents": ("Two reviewers from", "minor units; empty: one is always enough"),
-    "max_amount_cents": ("Maximum amount", "minor units; above it a call is refused"),
-    "daily_cap_cents": ("Daily cap", "minor units per currency and UTC day; empty: none"),
+    "two_reviewers_from": ("Two reviewers from", "empty: one is always enough"),
+    "max_amount": ("Maximum amount", "above it a call is refused"),
+    "daily_cap": ("Daily cap", "what the agent moves without a human per UTC day; empty: none"),
 }
 
 
 class DraftForm(forms.Form):
-    """The what-if's draft thresholds; a field left as the page filled it keeps the current
-    value."""
+    """The what-if's draft: the window, and each currency's thresholds in its major units; a
+    field left as the page filled it keeps the current value."""
+
+    auto_approve_window_seconds = forms.CharField(
+        label="Window",
+        required=False,
+        help_text="seconds over which a customer's money moved or on its way adds up",
+        widget=forms.TextInput(attrs={"inputmode": "numeric"}),
+    )
 
     def __init__(self, data: Any, *, policy: Policy) -> None:
         super().__init__(data)
-        for name, (low, high, _) in DRAFT_FIELDS.items():
-            label, help_text = FIELD_LABELS[name]
-            self.fields[name] = forms.IntegerField(
-                label=label,
-                help_text=help_text,
-                min_value=low,
-                max_value=high,
-                required=False,
-                widget=forms.NumberInput(attrs={"inputmode": "numeric"}),
-            )
         self.policy = policy
+        self.currencies = draft_currencies(policy)
+        for currency in self.currencies:
+            places = exponent(currency)
+            for threshold, (label, help_text) in THRESHOLD_LABELS.items():
+                self.fields[parameter(currency, threshold)] = forms.CharField(
+                    label=f"{label} ({currency})",
+                    help_text=f"{help_text}; in {currency}, "
+                    + (f"with up to {places} decimals" if places else "in whole units"),
+                    required=False,
+                    widget=forms.TextInput(attrs={"inputmode": "decimal"}),
+                )
 
     def draft(self) -> Policy:
-        """The current policy where the form is invalid or silent, the draft where it speaks."""
+        """The current policy where the form is silent or wrong (each wrong value says why on
+        its field), the draft where it speaks."""
         self.is_valid()
+        read = draft_read(
+            {name: str(self.data[name]) for name in self.fields if name in self.data},
+            self.currencies,
+            self.policy,
+        )
+        for name, problem in read.problems.items():
+            self.add_error(name, problem)
         changes: dict[str, int | None] = {}
-        for name, (_, _, nullable) in DRAFT_FIELDS.items():
-            if name in self.errors or name not in self.data:
-                continue
-            value = self.cleaned_data.get(name)
-            if value is not None or nullable:
-                changes[name] = value
-        return draft_of(self.policy, changes)
+        if read.window is not None:
+            changes["auto_approve_window_seconds"] = read.window
+        return draft_of(self.policy, changes, read.currencies)

@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from analytics import formatting
+from analytics.drafts import THRESHOLDS, limits_in_major_units, parameter
 from analytics.forms import RANGES, DraftForm, Scope, scope_from
 from analytics.heavy import RangeTooHeavy, manager_deadline, too_heavy_message
 from analytics.permissions import managers_only
@@ -26,7 +27,6 @@ from dispatch.models import Agent
 from dispatch.pipeline.policy import Policy
 from dispatch.pipeline.what_if import (
     AUTO_EXECUTED,
-    DRAFT_FIELDS,
     ONE_REVIEWER,
     OUTCOMES,
     REFUSED,
@@ -45,7 +45,9 @@ REASON_LABELS = {
     "amount": "amount not below the auto-approve amount",
     "window_sum": "with the customer's money moved or on its way in the window, not below it",
     "agent_daily_cap": "over the agent's daily cap",
-    "possible_duplicate": "repeats money moved in another conversation",
+    "possible_duplicate": "repeats money held, approved or moved in another conversation",
+    "no_thresholds": "a currency the draft sets no thresholds for",
+    "always": "a tool a human always decides",
     "over_maximum": "over the maximum amount",
 }
 
@@ -106,23 +108,39 @@ def _moves(result: WhatIf) -> list[dict[str, Any]]:
     ]
 
 
-def _draft_fields(form: DraftForm, policy: Policy, draft: Policy) -> list[dict[str, Any]]:
-    """Each threshold's field, beside the current policy's value and whether the draft changes
-    it."""
-    return [
-        {
-            "field": form[name],
-            "current": _policy_value(policy, name),
-            "value": form.data.get(name, _policy_value(policy, name)),
-            "changed": getattr(draft, name) != getattr(policy, name),
-        }
-        for name in DRAFT_FIELDS
-    ]
+def _draft_groups(form: DraftForm, policy: Policy, draft: Policy) -> list[dict[str, Any]]:
+    """Each currency's thresholds, in its major units: the field, the value in force, and
+    whether the draft changes it."""
+    groups = []
+    for currency in form.currencies:
+        current = limits_in_major_units(policy.limits(currency), currency)
+        drafted = limits_in_major_units(draft.limits(currency), currency)
+        groups.append(
+            {
+                "currency": currency,
+                "held": policy.limits(currency) is None,
+                "fields": [
+                    {
+                        "field": form[parameter(currency, threshold)],
+                        "current": current[threshold],
+                        "value": form.data.get(parameter(currency, threshold), current[threshold]),
+                        "changed": drafted[threshold] != current[threshold],
+                    }
+                    for threshold in THRESHOLDS
+                ],
+            }
+        )
+    return groups
 
 
-def _policy_value(policy: Policy, name: str) -> str:
-    value = getattr(policy, name)
-    return "" if value is None else str(value)
+def _window_field(form: DraftForm, policy: Policy, draft: Policy) -> dict[str, Any]:
+    current = str(policy.auto_approve_window_seconds)
+    return {
+        "field": form["auto_approve_window_seconds"],
+        "current": current,
+        "value": form.data.get("auto_approve_window_seconds", current),
+        "changed": draft.auto_approve_window_seconds != policy.auto_approve_window_seconds,
+    }
 
 
 @require_GET
@@ -148,7 +166,8 @@ def what_if(request: HttpRequest) -> HttpResponse:
         scope=scope,
         scope_form=scope_form,
         form=form,
-        fields=_draft_fields(form, policy, draft),
+        groups=_draft_groups(form, policy, draft),
+        window=_window_field(form, policy, draft),
         changed=draft != policy,
         since_date=scope.since_date(),
         until_date=scope.until_date(),

@@ -89,13 +89,15 @@ def test_a_manager_asks_what_a_looser_policy_would_have_done(
 
     response = manager.get(
         "/api/v1/metrics/what-if",
-        {"agent": str(agent.pk), "auto_approve_below_cents": "10000"},
+        # Per currency, in its major units: 100.00 BRL.
+        {"agent": str(agent.pk), "BRL_auto_approve_below": "100"},
     )
 
     assert response.status_code == 200
     body = response.json()
-    assert body["policy"]["auto_approve_below_cents"] == 5_000
-    assert body["draft"]["auto_approve_below_cents"] == 10_000
+    assert body["policy"]["currencies"]["BRL"]["auto_approve_below_cents"] == 5_000
+    assert body["draft"]["currencies"]["BRL"]["auto_approve_below_cents"] == 10_000
+    assert body["draft"]["currencies"]["USD"]["auto_approve_below_cents"] == 5_000
     outcomes = {row["outcome"]: row for row in body["outcomes"]}
     assert outcomes["one_reviewer"]["actual"] == {"calls": 1, "cents": {"BRL": 6_000}}
     assert outcomes["auto_executed"]["what_if"] == {"calls": 2, "cents": {"BRL": 9_000}}
@@ -108,19 +110,22 @@ def test_a_what_if_with_a_bad_value_is_a_clear_400(make_agent: MakeAgent, manage
     agent, _ = make_agent()
 
     response = manager.get(
-        "/api/v1/metrics/what-if", {"agent": str(agent.pk), "daily_cap_cents": "-5"}
+        "/api/v1/metrics/what-if", {"agent": str(agent.pk), "BRL_daily_cap": "-5"}
     )
 
     assert response.status_code == 400
-    assert "daily_cap_cents" in response.json()["error"]["message"]
+    assert "BRL_daily_cap" in response.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(
     ("name", "value"),
     [
         ("auto_approve_window_seconds", "5"),
-        ("max_amount_cents", ""),
-        ("max_amount_cents", "9" * 30),
+        ("BRL_max_amount", ""),
+        ("BRL_max_amount", "9" * 30),
+        # Finer than the currency's smallest unit: not silently rounded.
+        ("BRL_auto_approve_below", "50.505"),
+        ("JPY_auto_approve_below", "50.5"),
     ],
 )
 def test_a_draft_value_out_of_range_is_a_clear_400(
@@ -140,8 +145,30 @@ def test_an_empty_two_reviewer_amount_means_one_reviewer_is_enough(
     agent, _ = make_agent()
 
     response = manager.get(
-        "/api/v1/metrics/what-if", {"agent": str(agent.pk), "two_reviewers_from_cents": ""}
+        "/api/v1/metrics/what-if", {"agent": str(agent.pk), "BRL_two_reviewers_from": ""}
     )
 
     assert response.status_code == 200
-    assert response.json()["draft"]["two_reviewers_from_cents"] is None
+    assert response.json()["draft"]["currencies"]["BRL"]["two_reviewers_from_cents"] is None
+
+
+def test_a_draft_may_give_thresholds_to_a_currency_held_today(
+    make_agent: MakeAgent, manager: Client
+) -> None:
+    agent, _ = make_agent()
+
+    response = manager.get(
+        "/api/v1/metrics/what-if",
+        {"agent": str(agent.pk), "JPY_max_amount": "30000", "JPY_auto_approve_below": "2000"},
+    )
+    without_maximum = manager.get(
+        "/api/v1/metrics/what-if", {"agent": str(agent.pk), "KWD_auto_approve_below": "1.250"}
+    )
+
+    assert response.status_code == 200
+    assert response.json()["policy"]["currencies"]["JPY"] is None
+    # Whole yen are JPY's minor units.
+    assert response.json()["draft"]["currencies"]["JPY"]["max_amount_cents"] == 30_000
+    assert response.json()["draft"]["currencies"]["JPY"]["auto_approve_below_cents"] == 2_000
+    assert without_maximum.status_code == 400
+    assert "KWD a maximum amount first" in without_maximum.json()["error"]["message"]

@@ -209,11 +209,12 @@ def test_the_what_if_shows_its_table_for_a_draft(
     table = tab.page.get_by_role("table").first
     assert "Held for one reviewer" in table.inner_text()
 
-    tab.page.get_by_label("Auto-approve below").fill("20000")
+    # In the currency's major units: 200.00 BRL.
+    tab.page.get_by_label("Auto-approve below (BRL)").fill("200")
     with tab.page.expect_navigation():
         tab.page.get_by_role("button", name="Judge again").click()
 
-    assert parse_qs(urlsplit(tab.page.url).query)["auto_approve_below_cents"] == ["20000"]
+    assert parse_qs(urlsplit(tab.page.url).query)["BRL_auto_approve_below"] == ["200"]
     rows = {
         row.locator("th").inner_text(): row.locator("td").all_inner_texts()
         for row in tab.page.locator("table").first.locator("tbody tr").all()

@@ -111,14 +111,14 @@ def test_a_what_if_past_its_deadline_says_so_and_keeps_the_draft(
 
     response = manager.get(
         "/analytics/what-if/",
-        {"agent": str(traffic.shop.pk), "range": "24h", "auto_approve_below_cents": "20000"},
+        {"agent": str(traffic.shop.pk), "range": "24h", "BRL_auto_approve_below": "200"},
     )
 
     assert response.status_code == 503
     page = response.content.decode()
     assert "This range is too long to judge in time" in page
     assert "ask for a shorter range" in page
-    assert 'name="auto_approve_below_cents" value="20000"' in page
+    assert 'name="BRL_auto_approve_below" value="200"' in page
     assert "rows" not in response.context
 
 

@@ -32,7 +32,8 @@ def outcome_rows(response: object) -> dict[str, tuple[int, int]]:
 def test_a_manager_sees_where_the_calls_would_have_gone(traffic: Traffic, manager: Client) -> None:
     response = manager.get(
         "/analytics/what-if/",
-        {"agent": str(traffic.shop.pk), "range": "24h", "auto_approve_below_cents": "20000"},
+        # Per currency, in its major units: 200.00 BRL.
+        {"agent": str(traffic.shop.pk), "range": "24h", "BRL_auto_approve_below": "200"},
     )
 
     assert response.status_code == 200
@@ -42,7 +43,7 @@ def test_a_manager_sees_where_the_calls_would_have_gone(traffic: Traffic, manage
     [move] = response.context["moves"]
     assert (move["actual"], move["draft"]) == ("Held for one reviewer", "Auto-executed")
     assert move["examples"][0]["call_id"] in response.content.decode()
-    assert 'name="auto_approve_below_cents" value="20000"' in response.content.decode()
+    assert 'name="BRL_auto_approve_below" value="200"' in response.content.decode()
 
 
 def test_without_a_draft_it_shows_the_policy_in_force_and_no_move(
@@ -64,14 +65,17 @@ def test_a_value_out_of_range_is_said_and_the_current_one_is_used(
         {
             "agent": str(traffic.shop.pk),
             "auto_approve_window_seconds": "5",
-            "max_amount_cents": "x",
+            "BRL_max_amount": "x",
+            # A yen has no smaller unit: 50.5 is said, never rounded in silence.
+            "JPY_auto_approve_below": "50.5",
         },
     )
 
     assert response.status_code == 200
     page = response.content.decode()
-    assert "greater than or equal to 60" in page
-    assert "Enter a whole number" in page
+    assert "must be a whole number of seconds from 60" in page
+    assert "&#x27;x&#x27; is not an amount" in page
+    assert "50.5 JPY is finer than its smallest unit" in page
     assert response.context["changed"] is False
 
 
@@ -81,7 +85,7 @@ def test_an_empty_two_reviewer_amount_means_one_reviewer_is_enough(
     agent, _ = make_agent(two_reviewers_from_cents=5_000)
 
     response = manager.get(
-        "/analytics/what-if/", {"agent": str(agent.pk), "two_reviewers_from_cents": ""}
+        "/analytics/what-if/", {"agent": str(agent.pk), "BRL_two_reviewers_from": ""}
     )
 
     assert response.status_code == 200
@@ -97,8 +101,8 @@ def test_it_reads_and_writes_nothing(traffic: Traffic, manager: Client) -> None:
             "/analytics/what-if/",
             {
                 "agent": str(traffic.shop.pk),
-                "auto_approve_below_cents": "0",
-                "max_amount_cents": "1",
+                "BRL_auto_approve_below": "0",
+                "BRL_max_amount": "1",
             },
         )
 
