@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Field, Model
+
 from dispatch.models import (
     CONFIRMATION_FROZEN,
     CONFIRMATION_LIFECYCLE,
@@ -48,6 +50,16 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _columns(model: type[Model], names: tuple[str, ...]) -> list[str]:
+    columns = []
+    for name in names:
+        field = model._meta.get_field(name)
+        if not isinstance(field, Field) or not field.column:
+            raise ValueError(f"{model.__name__}.{name} is not a column")
+        columns.append(field.column)
+    return columns
+
+
 def confirmation_lifecycle_sql() -> str:
     """The lifecycle's function, from CONFIRMATION_LIFECYCLE and CONFIRMATION_FROZEN."""
     moves = ",\n            ".join(
@@ -60,7 +72,7 @@ def confirmation_lifecycle_sql() -> str:
         f"        RAISE EXCEPTION 'a confirmation''s {column} never changes (%)', OLD.id\n"
         "            USING ERRCODE = 'insufficient_privilege';\n"
         "    END IF;"
-        for column in (Confirmation._meta.get_field(name).column for name in CONFIRMATION_FROZEN)
+        for column in _columns(Confirmation, CONFIRMATION_FROZEN)
     )
     return f"""
 CREATE OR REPLACE FUNCTION {CONFIRMATION_LIFECYCLE_FUNCTION}() RETURNS trigger AS $$

@@ -187,10 +187,12 @@ def test_each_refused_change_has_rows_to_change(site_app: App, decided: Decided)
         approvals = {
             approval for (approval,) in connection.execute("SELECT approval FROM dispatch_movement")
         }
-        votes, events = connection.execute(
+        counts = connection.execute(
             "SELECT (SELECT count(*) FROM approvals_vote), "
             "(SELECT count(*) FROM approvals_confirmationevent)"
         ).fetchone()
+    assert counts is not None
+    votes, events = counts
 
     assert [statuses[decided.executed], statuses[decided.rejected], statuses[decided.approved]] == [
         "executed",

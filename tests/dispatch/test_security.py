@@ -20,8 +20,8 @@ from pytest_django import Settings
 
 from dispatch.models import Agent, CallChannel, SecurityEvent
 from dispatch.security import PRUNE_EVERY, api_origin, security_event_record
-from dispatch.store.guards import SECURITY_EVENTS_MIN_ROWS
 from dispatch.services import token_hash
+from dispatch.store.guards import SECURITY_EVENTS_MIN_ROWS
 from tests.conftest import AgentClient, ClientFor, Ledger, Run
 
 pytestmark = pytest.mark.usefixtures("orders")
