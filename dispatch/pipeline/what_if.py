@@ -150,13 +150,31 @@ def _check(label: str, name: str, value: int | None) -> None:
 
 
 def replay_from(policy: Policy, since: datetime) -> datetime:
-    """How far before the range a replay must read for its sums to be whole at `since`: the
-    window's money, the held money still waiting for a reviewer (a confirmation lives at most
-    the policy's confirmation time), and the UTC day's money for the daily cap. (An approved call
-    whose execution was still unsettled at that moment, older still, is not read: a rare loss.)"""
+    """How far before the range a replay reads every call for its sums to be whole at `since`:
+    the window's money, the held money still waiting for a reviewer (a confirmation lives at most
+    the policy's confirmation time), and the UTC day's money for the daily cap. A held call older
+    still is read too where its money may still count then (held_money_reaches)."""
     back = max(policy.auto_approve_window_seconds, policy.confirmation_ttl_seconds)
     midnight = datetime.combine(_utc_day(since), datetime.min.time(), UTC)
     return min(since - timedelta(seconds=back), midnight)
+
+
+# A confirmation's statuses whose money has stopped moving or counting for good (money_phases);
+# any other (approved, executing, unknown) is still on its way.
+SETTLED = frozenset({*LET_GO, PENDING, EXECUTED, FAILED})
+
+
+def held_money_reaches(confirmation: Confirmed, since: datetime, window: timedelta) -> bool:
+    """Whether a held call's money may still count in a sum at `since` or later, however long
+    before it the call was made: it is still on its way, or it could be held until then, or its
+    execution ended within a window of it (moved with a reviewer, money counts for the window from
+    its execution, which may come long after the call). A store's replay reads these calls from
+    before replay_from as well; a few more than needed is harmless (their money has ended)."""
+    return (
+        confirmation.status not in SETTLED
+        or confirmation.expires_at >= since
+        or (confirmation.finished_at is not None and confirmation.finished_at >= since - window)
+    )
 
 
 class Confirmed(NamedTuple):
