@@ -45,10 +45,15 @@ from dispatch.pipeline.allowance import (
     SHOWN,
     AllowanceHistory,
     AllowanceRequest,
+    HoldReason,
     Movement,
     allowance_judge,
+    allowance_pass,
     always_judge,
+    never_reason,
+    reviewers_reason,
 )
+from dispatch.pipeline.engine import over_maximum
 from dispatch.pipeline.policy import CurrencyLimits, HumanRule, Policy
 
 # The ways a money-moving call goes, in the order a page shows them.
@@ -211,11 +216,16 @@ class PastCall(NamedTuple):
 
 
 class Verdict(NamedTuple):
-    """Where the draft sends one call, and why when it is not auto-executed."""
+    """Where the draft sends one call, and why, in the pipeline's own terms."""
 
     call: PastCall
     outcome: str
+    # The kind of the rule that held or refused it; "" when it is auto-executed.
     reason: str
+    # The rule that decided where it goes: why it is held (allowance_judge's reason), refused
+    # (stage 6's), or let through (allowance_pass); and for a held call, why one reviewer or two.
+    rule: HoldReason | None = None
+    reviewers: HoldReason | None = None
 
 
 class Tally(NamedTuple):
@@ -496,7 +506,13 @@ def _judged(
 ) -> Verdict:
     limits = policy.limits(call.currency)
     if limits is not None and call.amount_cents > limits.max_amount_cents:
-        return Verdict(call, REFUSED, OVER_MAXIMUM)
+        refusal = over_maximum("amount", call.amount_cents, call.currency, limits.max_amount_cents)
+        rule = HoldReason(
+            OVER_MAXIMUM,
+            refusal.message,
+            {"amount_cents": call.amount_cents, "max_amount_cents": limits.max_amount_cents},
+        )
+        return Verdict(call, REFUSED, OVER_MAXIMUM, rule)
     request = AllowanceRequest(
         call.call_id,
         call.agent_id,
@@ -512,23 +528,34 @@ def _judged(
     )
     history = sums.history(request, days.of(call.agent_id, call.currency, call.at))
     # As stage 7 judges a tool that moves money: by the policy's rule for it.
-    rule = policy.human_rule(call.tool, high_risk=True)
+    human = policy.human_rule(call.tool, high_risk=True)
     hold = (
         allowance_judge(policy, request, history)
-        if rule is HumanRule.BY_AMOUNT
+        if human is HumanRule.BY_AMOUNT
         else always_judge(call.tool, request, history)
-        if rule is HumanRule.ALWAYS
+        if human is HumanRule.ALWAYS
         else None
     )
     if hold is None:
-        return Verdict(call, AUTO_EXECUTED, "")
+        passed = (
+            allowance_pass(policy, request, history)
+            if human is HumanRule.BY_AMOUNT
+            else never_reason(call.tool)
+        )
+        return Verdict(call, AUTO_EXECUTED, "", passed)
     # As stage 7 does: the customer's sum with this call decides the reviewers.
-    if (
-        policy.reviewers_required(history.customer_window_cents + call.amount_cents, call.currency)
+    reviewers = reviewers_reason(
+        policy, history.customer_window_cents + call.amount_cents, call.currency
+    )
+    outcome = (
+        TWO_REVIEWERS
+        if policy.reviewers_required(
+            history.customer_window_cents + call.amount_cents, call.currency
+        )
         == 2
-    ):
-        return Verdict(call, TWO_REVIEWERS, hold.kind)
-    return Verdict(call, ONE_REVIEWER, hold.kind)
+        else ONE_REVIEWER
+    )
+    return Verdict(call, outcome, hold.kind, hold, reviewers)
 
 
 # The tallies ---------------------------------------------------------------------------------
