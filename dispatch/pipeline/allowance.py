@@ -188,7 +188,7 @@ def allowance_judge(
 
 
 # Why a call moves its money without a human, and how many reviewers a held call's sum needs: the
-# other side of the same rules, in the same terms (the what-if says why a call would go another way).
+# other side of the same rules, in the same terms (the what-if says why a call goes another way).
 BELOW_AUTO_APPROVE = "below_auto_approve"
 NEVER = "never"
 TWO_REVIEWERS = "two_reviewers"
