@@ -54,6 +54,12 @@ def test_a_manager_sees_where_the_calls_would_have_gone(traffic: Traffic, manage
     assert (move["actual"], move["draft"]) == ("Held for one reviewer", "Auto-executed")
     assert move["examples"][0]["call_id"] in response.content.decode()
     assert 'name="BRL_auto_approve_below" value="200"' in response.content.decode()
+    # Why: the rule that let it through, the customer's sum, the draft's threshold and the one in
+    # force.
+    assert move["examples"][0]["reason"].replace("\xa0", " ") == (
+        "With the customer's sum in the window, R$ 100,00 (R$ 10,00 before it), below R$ 200,00, "
+        "the draft lets it move without a human (in force: R$ 50,00)."
+    )
 
 
 def test_without_a_draft_it_shows_the_policy_in_force_and_no_move(
@@ -78,6 +84,9 @@ def test_a_value_out_of_range_is_said_and_the_current_one_is_used(
             "BRL_max_amount": "x",
             # A yen has no smaller unit: 50.5 is said, never rounded in silence.
             "JPY_auto_approve_below": "50.5",
+            "USD_max_amount": "50.555",
+            "BRL_daily_cap": "-5",
+            "EUR_max_amount": "1" + "0" * 20,
         },
     )
 
@@ -86,6 +95,20 @@ def test_a_value_out_of_range_is_said_and_the_current_one_is_used(
     assert "must be a whole number of seconds from 60" in page
     assert "&#x27;x&#x27; is not an amount" in page
     assert "50.5 JPY is finer than its smallest unit" in page
+    assert "50.555 USD is finer than its smallest unit (2 decimals)" in page
+    assert "-5 is not an amount of money (0 or more)" in page
+    assert "must be at most 92233720368547758.07 EUR" in page
+    # Each beside its own field, which is marked invalid.
+    form = response.context["form"]
+    assert set(form.errors) == {
+        "auto_approve_window_seconds",
+        "BRL_max_amount",
+        "JPY_auto_approve_below",
+        "USD_max_amount",
+        "BRL_daily_cap",
+        "EUR_max_amount",
+    }
+    assert page.count('aria-invalid="true"') == 6
     assert response.context["changed"] is False
 
 
