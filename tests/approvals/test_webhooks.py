@@ -3,6 +3,7 @@ attempt is recorded. The receiver is a real HTTP server on 127.0.0.1."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import socket
@@ -278,6 +279,38 @@ def test_an_address_no_longer_allowed_when_sending_gets_nothing(
     assert delivery.status == WebhookDeliveryStatus.PENDING
     assert "not a public address" in delivery.last_error
     assert webhook_receiver.received == []
+
+
+@pytest.mark.parametrize(
+    "rebound", ["::127.0.0.1", "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::"]
+)
+def test_a_name_that_comes_to_resolve_to_an_ipv4_address_inside_ipv6_gets_nothing(
+    rebound: str, make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resolves_to = ["93.184.215.14"]
+
+    # DNS is not ours: the name resolves to a public address when the URL is set, and to the
+    # rebound one by the time of sending.
+    def getaddrinfo(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
+        assert host == "hooks.example.com"
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (a, port, 0, 0)) for a in resolves_to]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    agent, _ = make_agent()
+    agent_webhook_set(agent=agent, url="https://hooks.example.com/toolgate/events")
+    with transaction.atomic():
+        webhook_enqueue(confirmation=refund_held_for(agent), event="executed")
+    resolves_to[:] = [rebound]
+    connections: list[Any] = []
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: connections.append(a))
+
+    delivery = webhook_deliver(delivery_id=WebhookDelivery.objects.get().pk)
+
+    assert delivery is not None
+    assert (delivery.status, delivery.attempts, delivery.last_status_code) == ("pending", 1, None)
+    assert f"resolves to {ipaddress.ip_address(rebound)} (carrying " in delivery.last_error
+    assert "which is not a public address" in delivery.last_error
+    assert connections == []
 
 
 def test_the_wait_between_attempts_doubles_up_to_the_cap(settings: Settings) -> None:
