@@ -5,8 +5,8 @@ A webhook URL makes this server send requests where an agent host says: to a clo
 address or a database on the private network if nothing stopped it. So a URL is https (http only
 under DEBUG), names no credentials, and every address its host resolves to must be public (an
 IPv6 address that carries an IPv4 one, such as 64:ff9b::a9fe:a9fe, is judged as the IPv4 one),
-unless TOOLGATE_WEBHOOK_ALLOW_PRIVATE says otherwise. The same check runs again before each delivery,
-which then connects to the address it checked (a name may resolve elsewhere by then).
+unless TOOLGATE_WEBHOOK_ALLOW_PRIVATE says otherwise. The same check runs again before each
+delivery, which then connects to the address it checked (a name may resolve elsewhere by then).
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ from dispatch.webhooks import (
     agent_webhook_secret_rotate,
     agent_webhook_set,
     embedded_ipv4,
-
     webhook_target,
 )
 from tests.conftest import MakeAgent
