@@ -177,6 +177,7 @@ def test_a_receiver_checking_v1_keeps_working_and_finds_the_id_under_it(
         django_capture_on_commit_callbacks, refund_held_for(agent), "expired"
     )
     [request] = webhook_receiver.received
+    assert delivery is not None
     signature = request.headers["Toolgate-Signature"]
 
     valid = _v1_signature_valid(secret, signature, request.body)
@@ -184,7 +185,6 @@ def test_a_receiver_checking_v1_keeps_working_and_finds_the_id_under_it(
         f'"delivery_id":"{delivery.pk}"'.encode(), b'"delivery_id":"999999"'
     )
 
-    assert delivery is not None
     assert valid is True
     assert re.fullmatch(r"t=\d+,v1=[0-9a-f]{64},v2=[0-9a-f]{64}", signature)
     assert tampered_id != request.body

@@ -42,8 +42,10 @@ def counted_in(request: pytest.FixtureRequest, settings: Settings) -> str:
 
 
 def get_tools(token: str | None, address: str, **headers: str) -> Any:
-    authorization = {"HTTP_AUTHORIZATION": f"Token {token}"} if token is not None else {}
-    return Client().get("/api/v1/tools", REMOTE_ADDR=address, **authorization, **headers)
+    meta: dict[str, Any] = {"REMOTE_ADDR": address, **headers}
+    if token is not None:
+        meta["HTTP_AUTHORIZATION"] = f"Token {token}"
+    return Client().get("/api/v1/tools", **meta)
 
 
 def events() -> list[tuple[str | None, int, str]]:
