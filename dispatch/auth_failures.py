@@ -7,7 +7,10 @@ throttle: Redis when it is the default cache, so that every web process counts i
 Past TOOLGATE_AUTH_FAILURE_RATE, a request of that address that carries a token is answered 429
 before its token is looked up, unless that token was seen valid lately (AUTH_KNOWN_TOKEN_SECONDS):
 so a flood from one address costs no database lookups, and cannot lock out an agent host that
-shares the address and holds a good token. Successful authentications count nothing.
+shares the address and holds a good token. Successful authentications count nothing, and a
+token the process itself saw work in the last few minutes skips the check (no round trip on the
+hot path); if it fails it is forgotten, and each failure is counted, so past the rate it too is
+answered 429 and no more 401s go out.
 
 An IPv6 client is counted by its /64, the block one subscriber is usually given, so that stepping
 through its own addresses does not reset the count.
@@ -117,6 +120,14 @@ def token_known(digest: str) -> bool:
     except Exception as exc:
         logger.warning("Known tokens cannot be read: %s", exc)
         return False
+
+
+def token_valid_here(digest: str) -> bool:
+    """True if this process saw the token authenticate within the last few minutes: it passes
+    the address's throttle anyway (as a known token), so the shared log need not be asked."""
+    with _known_lock:
+        written = _known_written.get(digest)
+    return written is not None and time.monotonic() - written < _KNOWN_TOKEN_REFRESH_SECONDS
 
 
 def token_seen_valid(digest: str) -> None:

@@ -20,6 +20,7 @@ from dispatch.auth_failures import (
     token_known,
     token_seen_invalid,
     token_seen_valid,
+    token_valid_here,
 )
 from dispatch.client_address import client_address
 from dispatch.errors import AuthenticationThrottled, RateLimiterDown
@@ -52,9 +53,11 @@ class AgentTokenAuthentication(BaseAuthentication):
             return None
         token = parts[1].decode("ascii", "replace") if len(parts) == 2 else ""
         digest = token_hash(token)
-        wait = auth_failures_wait(address)
-        if wait and not (token and token_known(digest)):
-            raise AuthenticationThrottled(wait)
+        # A token this process saw work lately is not held back, and costs no round trip.
+        if not (token and token_valid_here(digest)):
+            wait = auth_failures_wait(address)
+            if wait and not (token and token_known(digest)):
+                raise AuthenticationThrottled(wait)
         if len(parts) != 2:
             self._failed(address, digest)
             raise AuthenticationFailed(
