@@ -64,6 +64,10 @@ class MetricsApi(ManagerApi):
             400: ErrorEnvelope,
             401: ErrorEnvelope,
             403: ErrorEnvelope,
+            429: OpenApiResponse(
+                ErrorEnvelope,
+                description="too many failed authentications from the address; retryable",
+            ),
             503: OpenApiResponse(
                 ErrorEnvelope,
                 description="managers_busy: other reports are running, send it again after "
@@ -170,6 +174,10 @@ class PolicyWhatIfApi(ManagerApi):
             400: ErrorEnvelope,
             401: ErrorEnvelope,
             403: ErrorEnvelope,
+            429: OpenApiResponse(
+                ErrorEnvelope,
+                description="too many failed authentications from the address; retryable",
+            ),
             503: OpenApiResponse(
                 ErrorEnvelope,
                 description="managers_busy: other reports are running, send it again after "
