@@ -3,7 +3,6 @@ managers only (analytics/permissions.py). Times are read and written in UTC."""
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,7 +13,13 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from analytics.drafts import THRESHOLDS, WINDOW, draft_currencies, draft_read
+from analytics.drafts import (
+    THRESHOLDS,
+    WINDOW,
+    draft_currencies,
+    draft_read,
+    unknown_parameters,
+)
 from analytics.heavy import ManagerApi, manager_deadline
 from analytics.permissions import IsManager
 from analytics.ranges import DAY, HOUR, moment_in, range_problem
@@ -23,6 +28,7 @@ from analytics.selectors import call_figures, confirmation_outcomes, rollups_fre
 from approvals.apis import PersonalTokenAuthentication
 from dispatch.envelopes import ErrorEnvelope
 from dispatch.models import Agent
+from dispatch.pipeline.allowance import HoldReason
 from dispatch.pipeline.policy import Policy
 from dispatch.pipeline.what_if import (
     OUTCOMES,
@@ -58,6 +64,10 @@ class MetricsApi(ManagerApi):
             400: ErrorEnvelope,
             401: ErrorEnvelope,
             403: ErrorEnvelope,
+            429: OpenApiResponse(
+                ErrorEnvelope,
+                description="too many failed authentications from the address; retryable",
+            ),
             503: OpenApiResponse(
                 ErrorEnvelope,
                 description="managers_busy: other reports are running, send it again after "
@@ -164,6 +174,10 @@ class PolicyWhatIfApi(ManagerApi):
             400: ErrorEnvelope,
             401: ErrorEnvelope,
             403: ErrorEnvelope,
+            429: OpenApiResponse(
+                ErrorEnvelope,
+                description="too many failed authentications from the address; retryable",
+            ),
             503: OpenApiResponse(
                 ErrorEnvelope,
                 description="managers_busy: other reports are running, send it again after "
@@ -186,13 +200,12 @@ class PolicyWhatIfApi(ManagerApi):
         if agent.current_policy is None:
             raise ValidationError({"agent": f"agent {agent.name} has no policy"})
         policy = agent.current_policy.snapshot()
-        currencies = sorted(
-            set(draft_currencies(policy))
-            | {name.split("_", 1)[0] for name in params if re.match(r"^[A-Z]{3}_", name)}
-        )
+        currencies = draft_currencies(policy)
+        unknown = unknown_parameters(params, policy, WHAT_IF_PARAMETERS)
         read = draft_read({name: params.get(name, "") for name in params}, currencies, policy)
-        if read.problems:
-            raise ValidationError(read.problems)
+        if unknown or read.problems:
+            # Nothing is left out in silence: every parameter it cannot read is said.
+            raise ValidationError({**unknown, **read.problems})
         try:
             draft = draft_of(
                 policy,
@@ -221,6 +234,10 @@ class PolicyWhatIfApi(ManagerApi):
         )
 
 
+# The what-if's parameters besides its draft (DRF's `format` chooses the renderer).
+WHAT_IF_PARAMETERS = ("agent", "since", "until", "format")
+
+
 def _thresholds_json(policy: Policy, currencies: list[str]) -> dict[str, Any]:
     """The window, and each currency's thresholds in its minor units (null: no such limit; a
     currency with none at all is null: its calls are held for a human)."""
@@ -229,6 +246,12 @@ def _thresholds_json(policy: Policy, currencies: list[str]) -> dict[str, Any]:
         limits = policy.limits(currency)
         shown[currency] = None if limits is None else limits._asdict()
     return {WINDOW: policy.auto_approve_window_seconds, "currencies": shown}
+
+
+def _rule_json(rule: HoldReason | None) -> dict[str, Any] | None:
+    if rule is None:
+        return None
+    return {"kind": rule.kind, "message": rule.message, "data": dict(rule.data)}
 
 
 def what_if_as_json(result: WhatIf) -> dict[str, Any]:
@@ -261,6 +284,9 @@ def what_if_as_json(result: WhatIf) -> dict[str, Any]:
                         "amount_cents": v.call.amount_cents,
                         "currency": v.call.currency,
                         "reason": v.reason,
+                        # The rule that decided, in the pipeline's terms (minor units).
+                        "rule": _rule_json(v.rule),
+                        "reviewers": _rule_json(v.reviewers),
                     }
                     for v in move.examples
                 ],

@@ -76,7 +76,9 @@ def draft_read(values: Mapping[str, str], currencies: Iterable[str], policy: Pol
             low, high, _ = LIMIT_FIELDS[f"{threshold}_cents"]
             if not low <= amount <= high:
                 problems[name] = (
-                    f"must be more than 0 {currency}" if amount < low else "is too large"
+                    f"must be more than 0 {currency}"
+                    if amount < low
+                    else f"must be at most {major_units(high, currency)} {currency}"
                 )
                 continue
             changes.setdefault(currency, {})[f"{threshold}_cents"] = amount
@@ -87,6 +89,35 @@ def draft_read(values: Mapping[str, str], currencies: Iterable[str], policy: Pol
             )
             del changes[currency]
     return Draft(window, changes, problems)
+
+
+def unknown_parameters(
+    names: Iterable[str], policy: Policy, known: Iterable[str]
+) -> dict[str, str]:
+    """The parameters of a query that a draft cannot read, each with why: a threshold it does not
+    have, or a currency the tools move no money in and the policy sets nothing for. (`known`: the
+    query's other parameters.)"""
+    currencies = draft_currencies(policy)
+    allowed = {*known, WINDOW}
+    problems = {}
+    for name in names:
+        if name in allowed:
+            continue
+        currency, _, threshold = name.partition("_")
+        if threshold not in THRESHOLDS:
+            problems[name] = (
+                "is not a parameter of the what-if: give "
+                + ", ".join(sorted(allowed))
+                + ", or a currency's threshold such as BRL_auto_approve_below (the thresholds: "
+                + ", ".join(THRESHOLDS)
+                + ")"
+            )
+        elif currency not in currencies:
+            problems[name] = (
+                f"{currency} is not a currency of this agent's tools or policy: "
+                + ", ".join(currencies)
+            )
+    return problems
 
 
 def limits_in_major_units(limits: CurrencyLimits | None, currency: str) -> dict[str, str]:

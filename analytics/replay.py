@@ -5,8 +5,8 @@ order from the audit records and their confirmations, judged again by the pipeli
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 from time import monotonic
 from typing import Any
 
@@ -17,10 +17,12 @@ from dispatch.models import AuditRecord, Confirmation
 from dispatch.pipeline import codes
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, OK
 from dispatch.pipeline.policy import Policy
+from dispatch.pipeline.tools import ToolSpec
 from dispatch.pipeline.what_if import (
     AUTO_EXECUTED,
     ONE_REVIEWER,
     REFUSED,
+    SETTLED,
     TWO_REVIEWERS,
     Confirmed,
     PastCall,
@@ -56,7 +58,9 @@ def policy_what_if(
 
     `deadline` (time.monotonic()) bounds the whole replay: past it, RangeTooHeavy; so does a
     statement the database cancelled (a manager's request runs under a statement timeout)."""
-    statement, params = _money_calls_sql(replay_from(draft, since), until)
+    start = replay_from(draft, since)
+    window = timedelta(seconds=draft.auto_approve_window_seconds)
+    statements = (_held_before_sql(start, since, window), _money_calls_sql(start, until))
     try:
         # A server-side cursor streams only inside a transaction (outside one, PostgreSQL would
         # keep the whole result to hold it open).
@@ -66,49 +70,109 @@ def policy_what_if(
                 # does (an index scan in time order took a quarter longer than a sort).
                 with connection.cursor() as setting:
                     setting.execute("SELECT set_config('cursor_tuple_fraction', '1', true)")
-            with connection.chunked_cursor() as cursor:
-                cursor.execute(statement, params)
-                calls = _past_calls(
-                    cursor, agent_id=agent_id, since=since, until=until, deadline=deadline
-                )
-                return what_if_of(draft, calls)
+            calls = _past_calls(
+                _rows(statements), agent_id=agent_id, since=since, until=until, deadline=deadline
+            )
+            return what_if_of(draft, calls)
     except DatabaseError as error:
         if statement_cancelled(error):
             raise RangeTooHeavy(str(error).strip()) from error
         raise
 
 
+def _rows(statements: Iterable[tuple[str, list[Any]]]) -> Iterator[list[tuple[Any, ...]]]:
+    """The rows of each statement in turn, in chunks: the held calls before the range's read-back
+    start come before every call after it, so the calls stay in the order they arrived."""
+    for statement, params in statements:
+        with connection.chunked_cursor() as cursor:
+            cursor.execute(statement, params)
+            while rows := cursor.fetchmany(WHAT_IF_CHUNK):
+                yield rows
+
+
 def _money_calls_sql(start: datetime, until: datetime) -> tuple[str, list[Any]]:
     """Every agent's money-moving calls in [start, until), in the order they arrived, with what
     became of the held ones, in one statement; only the columns a replay needs (the arguments'
     subject, currency and amount, by what each tool declares)."""
-    audit = connection.ops.quote_name(AuditRecord._meta.db_table)
-    held = connection.ops.quote_name(Confirmation._meta.db_table)
-    moving = [spec for spec in tool_registry if spec.amount_field is not None]
+    columns, params = _columns()
+    audit, held = _tables()
+    params.append(CONFIRMATION_REQUIRED.name)
+    params += [start, until, *RECORDED_OUTCOMES]
+    filters, more = _money_filters()
+    statement = f"""
+        SELECT {columns}
+        FROM {audit} a
+        LEFT JOIN {held} c ON c.id = a.confirmation_id AND a.code = %s
+        WHERE a.at >= %s AND a.at < %s
+            AND a.code IN ({", ".join(["%s"] * len(RECORDED_OUTCOMES))})
+            AND {filters}
+        ORDER BY a.at, a.id
+    """
+    return statement, params + more
+
+
+def _held_before_sql(start: datetime, since: datetime, window: timedelta) -> tuple[str, list[Any]]:
+    """The held calls made before `start` whose money may still count at `since` or later
+    (dispatch.pipeline.what_if.held_money_reaches, in SQL): approved long before the range, a call
+    executed within the window before it counts in the sums of the range. Found from their
+    confirmations, each call by its session's index."""
+    columns, params = _columns()
+    audit, held = _tables()
+    params.append(CONFIRMATION_REQUIRED.name)
+    params += [start, since, since - window, *sorted(SETTLED)]
+    filters, more = _money_filters()
+    statement = f"""
+        SELECT {columns}
+        FROM {held} c
+        JOIN {audit} a ON a.agent_id = c.agent_id AND a.session_id = c.session_id
+            AND a.confirmation_id = c.id AND a.code = %s
+        WHERE a.at < %s
+            AND (c.expires_at >= %s OR c.finished_at >= %s
+                OR c.status NOT IN ({", ".join(["%s"] * len(SETTLED))}))
+            AND {filters}
+        ORDER BY a.at, a.id
+    """
+    return statement, params + more
+
+
+def _tables() -> tuple[str, str]:
+    return (
+        connection.ops.quote_name(AuditRecord._meta.db_table),
+        connection.ops.quote_name(Confirmation._meta.db_table),
+    )
+
+
+def _moving() -> list[ToolSpec[Any]]:
+    return [spec for spec in tool_registry if spec.amount_field is not None]
+
+
+def _columns() -> tuple[str, list[Any]]:
+    """What a replay reads of a call, with its parameters: the arguments' subject, currency and
+    amount by what each tool declares, and its confirmation's fate."""
     params: list[Any] = []
     arguments = []
     for kind in ("subject_field", "currency_field", "amount_field"):
         cases = []
-        for spec in moving:
+        for spec in _moving():
             field = getattr(spec, kind)
             if field is not None:
                 cases.append(f"WHEN %s THEN {_argument_sql()}")
                 params += [spec.name, _argument_path(field)]
         arguments.append(f"CASE a.tool {' '.join(cases)} END" if cases else "NULL")
-    params.append(CONFIRMATION_REQUIRED.name)
-    params += [start, until, *RECORDED_OUTCOMES, *(spec.name for spec in moving)]
     moments = ", ".join(_moment_sql(column) for column in _MOMENTS)
-    statement = f"""
-        SELECT a.call_id, a.agent_id, a.session_id, a.customer_id, a.tool, a.code,
-            {", ".join(arguments)}, c.status, c.reviewers_required, {moments}
-        FROM {audit} a
-        LEFT JOIN {held} c ON c.id = a.confirmation_id AND a.code = %s
-        WHERE a.at >= %s AND a.at < %s AND NOT a.replayed AND a.arguments IS NOT NULL
-            AND a.code IN ({", ".join(["%s"] * len(RECORDED_OUTCOMES))})
-            AND a.tool IN ({", ".join(["%s"] * len(moving)) or "NULL"})
-        ORDER BY a.at, a.id
-    """
-    return statement, params
+    columns = f"""a.call_id, a.agent_id, a.session_id, a.customer_id, a.tool, a.code,
+            {", ".join(arguments)}, c.status, c.reviewers_required, {moments}"""
+    return columns, params
+
+
+def _money_filters() -> tuple[str, list[Any]]:
+    """The calls a replay reads: first answers (not replays) of tools that move money."""
+    moving = [spec.name for spec in _moving()]
+    return (
+        "NOT a.replayed AND a.arguments IS NOT NULL"
+        f" AND a.tool IN ({', '.join(['%s'] * len(moving)) or 'NULL'})",
+        moving,
+    )
 
 
 # The moments a replay reads: the call's, and its confirmation's expiry, decision and end.
@@ -135,11 +199,16 @@ def _argument_path(field: str) -> str:
 
 
 def _past_calls(
-    cursor: Any, *, agent_id: int, since: datetime, until: datetime, deadline: float | None
+    chunks: Iterable[list[tuple[Any, ...]]],
+    *,
+    agent_id: int,
+    since: datetime,
+    until: datetime,
+    deadline: float | None,
 ) -> Iterator[PastCall]:
     chosen = str(agent_id)
     moment = _from_epoch if connection.vendor == "postgresql" else _aware
-    while rows := cursor.fetchmany(WHAT_IF_CHUNK):
+    for rows in chunks:
         if deadline is not None and monotonic() > deadline:
             raise RangeTooHeavy(f"the replay had not reached {until.isoformat()} in time")
         for (

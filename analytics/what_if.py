@@ -23,32 +23,29 @@ from analytics.heavy import RangeTooHeavy, manager_deadline, too_heavy_message
 from analytics.permissions import managers_only
 from analytics.replay import policy_what_if
 from approvals.money import money
+from approvals.selectors import PLAIN_WORDS, hold_explanation
 from dispatch.models import Agent
+from dispatch.pipeline import allowance
+from dispatch.pipeline.allowance import HoldReason
 from dispatch.pipeline.policy import Policy
 from dispatch.pipeline.what_if import (
     AUTO_EXECUTED,
+    HELD_OUTCOMES,
     ONE_REVIEWER,
     OUTCOMES,
+    OVER_MAXIMUM,
     REFUSED,
     TWO_REVIEWERS,
+    Verdict,
     WhatIf,
 )
+from dispatch.registry import tool_registry
 
 OUTCOME_LABELS = {
     AUTO_EXECUTED: "Auto-executed",
     ONE_REVIEWER: "Held for one reviewer",
     TWO_REVIEWERS: "Held for two reviewers",
     REFUSED: "Refused",
-}
-# Why the draft holds or refuses a call, in a manager's words.
-REASON_LABELS = {
-    "amount": "amount not below the auto-approve amount",
-    "window_sum": "with the customer's money moved or on its way in the window, not below it",
-    "agent_daily_cap": "over the agent's daily cap",
-    "possible_duplicate": "repeats money held, approved or moved in another conversation",
-    "no_thresholds": "a currency the draft sets no thresholds for",
-    "always": "a tool a human always decides",
-    "over_maximum": "over the maximum amount",
 }
 
 
@@ -82,7 +79,7 @@ def _outcome_rows(result: WhatIf) -> list[OutcomeRow]:
     return rows
 
 
-def _moves(result: WhatIf) -> list[dict[str, Any]]:
+def _moves(result: WhatIf, policy: Policy, draft: Policy) -> list[dict[str, Any]]:
     return [
         {
             "actual": OUTCOME_LABELS[move.actual],
@@ -98,7 +95,7 @@ def _moves(result: WhatIf) -> list[dict[str, Any]]:
                     "tool": verdict.call.tool,
                     "subject": verdict.call.subject,
                     "amount": money(verdict.call.amount_cents, verdict.call.currency),
-                    "reason": REASON_LABELS.get(verdict.reason, verdict.reason),
+                    "reason": move_reason(verdict, policy, draft),
                 }
                 for verdict in move.examples
             ],
@@ -143,6 +140,102 @@ def _window_field(form: DraftForm, policy: Policy, draft: Policy) -> dict[str, A
     }
 
 
+# Which threshold of a currency each rule weighs the call against.
+_THRESHOLD_OF = {
+    allowance.AMOUNT: "auto_approve_below_cents",
+    allowance.WINDOW_SUM: "auto_approve_below_cents",
+    allowance.BELOW_AUTO_APPROVE: "auto_approve_below_cents",
+    allowance.AGENT_DAILY_CAP: "daily_cap_cents",
+    allowance.TWO_REVIEWERS: "two_reviewers_from_cents",
+    allowance.ONE_REVIEWER: "two_reviewers_from_cents",
+    OVER_MAXIMUM: "max_amount_cents",
+}
+
+
+def move_reason(verdict: Verdict, policy: Policy, draft: Policy) -> str:
+    """Why the draft sends a call where it does, in a manager's words: the rule that decided it
+    (the pipeline's own reason, dispatch.pipeline.allowance), with the threshold it was weighed
+    against under the draft and under the policy in force. The hold reasons read as a reviewer
+    reads them (approvals.selectors.hold_explanation)."""
+    call, rule = verdict.call, verdict.rule
+    if rule is None:
+        return ""
+    currency = call.currency
+    data = rule.data
+
+    def amount(key: str) -> str:
+        value = data.get(key)
+        return money(value, currency) if isinstance(value, int) else "none"
+
+    def in_force(kind: str) -> str:
+        threshold = _THRESHOLD_OF.get(kind)
+        if threshold is None:
+            return ""
+        now, drafted = policy.limits(currency), draft.limits(currency)
+        if now is None:
+            return f" (in force: no thresholds in {currency}, a human decides every call)"
+        value = getattr(now, threshold)
+        if drafted is not None and getattr(drafted, threshold) == value:
+            # The same threshold: the sum moved, as calls before it went another way.
+            return " (as in force; the calls before it went another way under the draft)"
+        return f" (in force: {'none' if value is None else money(value, currency)})"
+
+    if rule.kind == OVER_MAXIMUM:
+        return (
+            f"{money(call.amount_cents, currency)} is above {amount('max_amount_cents')}, the "
+            f"most the draft lets an agent move in one call{in_force(rule.kind)}."
+        )
+    if rule.kind == allowance.NEVER:
+        return f"The draft has no human decide a {call.tool}."
+    if rule.kind == allowance.BELOW_AUTO_APPROVE:
+        before = f" ({amount('earlier_cents')} before it)" if data.get("earlier_cents") else ""
+        words = (
+            f"With the customer's sum in the window, {amount('sum_cents')}{before}, below "
+            f"{amount('auto_approve_below_cents')}, the draft lets it move without a human"
+            f"{in_force(rule.kind)}"
+        )
+        if data.get("daily_cap_cents") is not None:
+            words += (
+                f"; the agent's {amount('agent_day_cents')} without a human today is within "
+                f"its daily cap of {amount('daily_cap_cents')}{in_force(allowance.AGENT_DAILY_CAP)}"
+            )
+        return words + "."
+    reviewers = verdict.reviewers
+    reviewers_words = "" if reviewers is None else _reviewers_words(reviewers, currency, in_force)
+    if call.outcome in HELD_OUTCOMES and verdict.outcome in HELD_OUTCOMES:
+        # Held either way: the sum against the two-reviewer line decided.
+        return reviewers_words
+    spec = tool_registry.get(call.tool)
+    explained = hold_explanation(
+        rule._asdict(), currency, spec.action_words if spec is not None else PLAIN_WORDS
+    )
+    words = explained.summary if explained is not None else rule.message
+    words = words.rstrip(".") + in_force(rule.kind) + "."
+    if verdict.outcome == TWO_REVIEWERS:
+        words += " " + reviewers_words
+    return words
+
+
+def _reviewers_words(reviewers: HoldReason, currency: str, in_force: Any) -> str:
+    line = reviewers.data.get("two_reviewers_from_cents")
+    total = money(int(reviewers.data["sum_cents"]), currency)
+    if line is None:
+        return (
+            "The draft names no sum from which two reviewers must approve: one is enough"
+            f"{in_force(reviewers.kind)}."
+        )
+    line_words = f"{money(int(line), currency)}, from which the draft needs two reviewers"
+    if reviewers.kind == allowance.TWO_REVIEWERS:
+        return (
+            f"The customer's sum with it, {total}, is not below {line_words}"
+            f"{in_force(reviewers.kind)}."
+        )
+    return (
+        f"The customer's sum with it, {total}, is below {line_words}{in_force(reviewers.kind)}: "
+        "one is enough."
+    )
+
+
 @require_GET
 @managers_only
 def what_if(request: HttpRequest) -> HttpResponse:
@@ -185,5 +278,5 @@ def what_if(request: HttpRequest) -> HttpResponse:
         # The form stays, with what was asked, and the message takes the table's place.
         context.update(too_heavy=too_heavy_message())
         return render(request, "analytics/what_if.html", context, status=503)
-    context.update(result=result, rows=_outcome_rows(result), moves=_moves(result))
+    context.update(result=result, rows=_outcome_rows(result), moves=_moves(result, policy, draft))
     return render(request, "analytics/what_if.html", context)

@@ -95,6 +95,11 @@ _ERRORS = {
         description="not a reviewer, an agent's token, or a session request without CSRF token",
     ),
     404: OpenApiResponse(ErrorEnvelope, description="no such confirmation"),
+    429: OpenApiResponse(
+        ErrorEnvelope,
+        description="too many failed authentications from the address "
+        "(`authentication_throttled`); retryable after Retry-After",
+    ),
     409: OpenApiResponse(
         ErrorEnvelope,
         description="no longer pending (`already_decided`), this reviewer approved it already "

@@ -311,16 +311,17 @@ def confirmations_expire_due() -> int:
     return expired
 
 
-def confirmation_execute(*, confirmation_id: str) -> Confirmation:
+def confirmation_execute(*, confirmation_id: str, now: datetime | None = None) -> Confirmation:
     """Execute an approved confirmation once (the worker's task): claim it with a lease, run the
     tool's handler with its execution key and bounded retries while renewing the lease, and
-    settle it executed, failed or unknown.
+    settle it executed, failed or unknown. `now` is the execution's time (a demo's history gives
+    its decision's; by default, now).
 
     Only one worker executes it at a time: the one that claimed it from approved, or, once the
     lease of a worker that died has lapsed, the one that takes it over; it then runs it again
     under the same key, which the system of record answers with the first effect's receipt. A
     task for a confirmation that a live worker holds, or that is settled, does nothing."""
-    now = timezone.now()
+    given, now = now, now or timezone.now()
     lease = now + _lease()
     claimed = Confirmation.objects.filter(
         pk=confirmation_id, status=ConfirmationStatus.APPROVED
@@ -368,7 +369,7 @@ def confirmation_execute(*, confirmation_id: str) -> Confirmation:
             retry=RetryPolicy(),
             sleep=time.sleep,
         )
-    return _settle_execution(confirmation_id, result, status)
+    return _settle_execution(confirmation_id, result, status, given)
 
 
 def _lease() -> timedelta:
@@ -606,11 +607,13 @@ def _expire_if_due(confirmation: Confirmation, now: datetime) -> bool:
 
 
 @transaction.atomic
-def _settle_execution(confirmation_id: str, result: CallResult, status: KeyStatus) -> Confirmation:
+def _settle_execution(
+    confirmation_id: str, result: CallResult, status: KeyStatus, now: datetime | None = None
+) -> Confirmation:
     confirmation = _locked(confirmation_id)
     if confirmation.status != ConfirmationStatus.EXECUTING:
         return confirmation  # a redelivered twin settled it first
-    now = timezone.now()
+    now = now or timezone.now()
     if status is KeyStatus.COMPLETED:
         final, kind = ConfirmationStatus.EXECUTED, EventKind.EXECUTED
     elif status is KeyStatus.UNKNOWN:

@@ -6,8 +6,12 @@ attempt and, while attempts are left, sends itself again later (exponential back
 attempt is recorded on the row. Delivery is at least once: a worker killed after sending sends
 again, with the same Toolgate-Delivery id, which receivers use to drop duplicates.
 
-Each request is signed: `Toolgate-Signature: t=<unix time>,v1=<hex>`, where v1 is
-HMAC-SHA256(agent's webhook secret, f"{t}.{body}"). docs/webhooks.md shows how to check it.
+Each request is signed: `Toolgate-Signature: t=<unix time>,v1=<hex>,v2=<hex>`, HMAC-SHA256 with
+the agent's webhook secret of f"{t}.{body}" (v1) and of f"{t}.{delivery id}.{body}" (v2). v1 leaves
+the Toolgate-Delivery header outside what is signed, so a captured request sent again with a fresh
+id passed a receiver's de-duplication within the timestamp window; v2 signs the id, which is also
+in the body. v1 stays beside it so that receivers checking it keep working while they move to v2.
+docs/webhooks.md shows how to check v2.
 """
 
 from __future__ import annotations
@@ -45,15 +49,18 @@ USER_AGENT = "Toolgate-Webhooks/1"
 _ERROR_LENGTH = WebhookDelivery._meta.get_field("last_error").max_length or 500
 
 
-def webhook_signature(*, secret: str, timestamp: int, body: bytes) -> str:
-    """The Toolgate-Signature header's value for this body sent at this time."""
-    signed = f"{timestamp}.".encode() + body
-    digest = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v1={digest}"
+def webhook_signature(*, secret: str, timestamp: int, delivery_id: str, body: bytes) -> str:
+    """The Toolgate-Signature header's value for this delivery's body sent at this time."""
+    v1 = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    v2 = hmac.new(secret.encode(), f"{timestamp}.{delivery_id}.".encode() + body, hashlib.sha256)
+    return f"t={timestamp},v1={v1.hexdigest()},v2={v2.hexdigest()}"
 
 
 def webhook_body(delivery: WebhookDelivery) -> bytes:
-    return json.dumps(delivery.payload, separators=(",", ":"), ensure_ascii=False).encode()
+    # The delivery's id first, then the event as recorded: a receiver that only checks v1 still
+    # finds the id under a signature, in the body.
+    payload = {"delivery_id": str(delivery.pk), **delivery.payload}
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def webhook_retry_delay(attempts: int) -> float:
@@ -152,12 +159,16 @@ def _attempt(delivery: WebhookDelivery, url: str, secret: str) -> tuple[int | No
     except WebhookUrlInvalid as exc:
         return None, str(exc)
     body = webhook_body(delivery)
+    delivery_id = str(delivery.pk)
+    signature = webhook_signature(
+        secret=secret, timestamp=int(time.time()), delivery_id=delivery_id, body=body
+    )
     headers = {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
         "Toolgate-Event": delivery.event,
-        "Toolgate-Delivery": str(delivery.pk),
-        SIGNATURE_HEADER: webhook_signature(secret=secret, timestamp=int(time.time()), body=body),
+        "Toolgate-Delivery": delivery_id,
+        SIGNATURE_HEADER: signature,
     }
     try:
         status_code = _post(target, body, headers)

@@ -4,9 +4,10 @@ simulate_agents' conversations are played in this process rather than over HTTP:
 through the pipeline (call_dispatch) with the pipeline's clock set to its moment in the past, so
 its audit record and held confirmation carry that time, and so do the rollups once filled. The
 refunds held for a human are decided by the demo reviewers through the approval services, at
-their decision's time, in time order with the calls: a call is judged after every decision made
-before its moment and before every one made after, as it would have been, so the customer's sum
-it saw is the one the what-if's replay of the recorded facts sees. Orders of its own keep the
+their decision's time (an approved one executes then too, as a worker would), in time order with
+the calls: a call is judged after every decision made before its moment and before every one
+made after, as it would have been, so the customer's sum it saw is the one the what-if's replay
+of the recorded facts sees. Orders of its own keep the
 README's orders as they were.
 """
 
@@ -23,11 +24,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.db import transaction
 from django.utils import timezone
 
 from approvals.services import (
     ConfirmationError,
     confirmation_approve,
+    confirmation_execute,
     confirmation_expire,
     confirmation_reject,
 )
@@ -117,9 +120,17 @@ class _Reviewers:
                 self.decided += 1
                 return
             reviewer, *others = decision.reviewers
-            confirmation = confirmation_approve(
-                confirmation_id=decision.confirmation_id, reviewer=reviewer, now=decision.at
-            )
+            with transaction.atomic():
+                confirmation = confirmation_approve(
+                    confirmation_id=decision.confirmation_id, reviewer=reviewer, now=decision.at
+                )
+                if confirmation.status == ConfirmationStatus.APPROVED:
+                    # Executed at once, as a worker would: its money moved at the decision's
+                    # time, not when the demo was seeded. The execution the approval sends on
+                    # commit then finds it done.
+                    confirmation = confirmation_execute(
+                        confirmation_id=decision.confirmation_id, now=decision.at
+                    )
         except ConfirmationError:
             return
         if confirmation.status != ConfirmationStatus.PENDING:

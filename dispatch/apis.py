@@ -51,7 +51,11 @@ from dispatch.services import call_dispatch
 ERRORS = {
     401: OpenApiResponse(ErrorEnvelope, description="missing or invalid token"),
     403: OpenApiResponse(ErrorEnvelope, description="not an agent token"),
-    429: OpenApiResponse(ErrorEnvelope, description="throttled; retryable"),
+    429: OpenApiResponse(
+        ErrorEnvelope,
+        description="throttled: the agent over its rate (`throttled`), or too many failed "
+        "authentications from the address (`authentication_throttled`); retryable",
+    ),
     500: OpenApiResponse(ErrorEnvelope, description="unexpected error; `error_id` is in the log"),
     503: OpenApiResponse(ErrorEnvelope, description="the database is unavailable; retryable"),
 }

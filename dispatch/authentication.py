@@ -14,9 +14,18 @@ from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
-from dispatch.errors import RateLimiterDown
+from dispatch.auth_failures import (
+    auth_failure_count,
+    auth_failures_wait,
+    token_known,
+    token_seen_invalid,
+    token_seen_valid,
+    token_valid_here,
+)
+from dispatch.client_address import client_address
+from dispatch.errors import AuthenticationThrottled, RateLimiterDown
 from dispatch.models import Agent
-from dispatch.services import agent_authenticate
+from dispatch.services import agent_authenticate, token_hash
 from dispatch.throttling import RateLimiterUnavailable, parse_rate, request_log
 
 
@@ -27,26 +36,51 @@ class AgentTokenAuthentication(BaseAuthentication):
     refusal = "Invalid token, or the agent is disabled."
 
     def authenticate(self, request: Request) -> tuple[Any, str] | None:
-        return self.from_header(get_authorization_header(request))
+        return self.from_header(
+            get_authorization_header(request), client_address(request._request) or None
+        )
 
-    def from_header(self, header: bytes) -> tuple[Any, str] | None:
+    def from_header(self, header: bytes, address: str | None = None) -> tuple[Any, str] | None:
         """The holder of the token in an Authorization header's value and the token; None when
-        the header names another scheme or is empty. Also what the MCP server authenticates by."""
+        the header names another scheme or is empty. Also what the MCP server authenticates by.
+
+        Failures are counted against the client's address (dispatch.auth_failures): past the
+        rate, AuthenticationThrottled (429) is raised instead, and an unknown token is not even
+        looked up.
+        """
         parts = header.split()
         if not parts or parts[0].lower() not in self.keywords:
             return None
+        token = parts[1].decode("ascii", "replace") if len(parts) == 2 else ""
+        digest = token_hash(token)
+        # A token this process saw work lately is not held back, and costs no round trip.
+        if not (token and token_valid_here(digest)):
+            wait = auth_failures_wait(address)
+            if wait and not (token and token_known(digest)):
+                raise AuthenticationThrottled(wait)
         if len(parts) != 2:
+            self._failed(address, digest)
             raise AuthenticationFailed(
                 "The Authorization header must be 'Token <token>' or 'Bearer <token>'."
             )
-        try:
-            token = parts[1].decode("ascii")
-        except UnicodeDecodeError:
-            raise AuthenticationFailed("Invalid token.") from None
+        if not parts[1].isascii():
+            self._failed(address, digest)
+            raise AuthenticationFailed("Invalid token.")
         holder = self.token_holder(token)
         if holder is None:
+            self._failed(address, digest)
             raise AuthenticationFailed(self.refusal)
+        token_seen_valid(digest)
         return holder, token
+
+    @staticmethod
+    def _failed(address: str | None, digest: str) -> None:
+        # Counted before it is answered: a failure past the rate (requests that passed the check
+        # above together) is a 429 like the rest, so no more than the rate are ever 401s.
+        token_seen_invalid(digest)
+        wait = auth_failure_count(address)
+        if wait:
+            raise AuthenticationThrottled(wait)
 
     def token_holder(self, token: str) -> Any:
         """Who the token belongs to (here an agent), or None."""

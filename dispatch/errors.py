@@ -10,6 +10,7 @@ recorded here too, as they are answered (dispatch.security).
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import uuid
 from typing import Any
@@ -24,6 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
+from dispatch.auth_failures import THROTTLED_REASON
 from dispatch.security import (
     RECORDED_STATUSES,
     api_agent,
@@ -90,6 +92,21 @@ class RateLimiterDown(APIException):
     default_detail = "The rate limiter cannot be reached; send the request again in a moment."
     # DRF's handler turns `wait` into a Retry-After header.
     wait = 1
+
+
+class AuthenticationThrottled(APIException):
+    """Too many failed authentications from the client's address (dispatch.auth_failures)."""
+
+    status_code = status.HTTP_429_TOO_MANY_REQUESTS
+    default_code = THROTTLED_REASON
+
+    def __init__(self, wait: float) -> None:
+        # DRF's handler turns `wait` into a Retry-After header, in whole seconds.
+        self.wait = max(1, math.ceil(wait))
+        super().__init__(
+            f"Too many failed authentications from this address; send the request again in "
+            f"{self.wait} seconds."
+        )
 
 
 def error_body(

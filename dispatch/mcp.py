@@ -53,10 +53,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dispatch import doors, selectors
+from dispatch.auth_failures import THROTTLED_REASON
 from dispatch.authentication import AgentTokenAuthentication, IsAgent, agent_throttle_wait
 from dispatch.client_address import forwarded_client_address
 from dispatch.envelopes import CUSTOMER_ID_PATTERN, SESSION_ID_PATTERN, CallResultDoc
-from dispatch.errors import RateLimiterDown, error_body
+from dispatch.errors import AuthenticationThrottled, RateLimiterDown, error_body
 from dispatch.models import Agent, CallChannel
 from dispatch.pipeline import codes
 from dispatch.pipeline.results import CallResult
@@ -609,7 +610,16 @@ def _admitted(origin: Origin, header: bytes) -> Agent | JSONResponse:
     the API's answer to a request it refuses."""
     try:
         try:
-            authenticated = AgentTokenAuthentication().from_header(header)
+            authenticated = AgentTokenAuthentication().from_header(header, origin.client_address)
+        except AuthenticationThrottled as throttled:
+            return _refusal(
+                origin,
+                None,
+                429,
+                THROTTLED_REASON,
+                str(throttled.detail),
+                **{"Retry-After": str(throttled.wait)},
+            )
         except AuthenticationFailed as failed:
             message = f"{failed.detail} {NO_OAUTH_MESSAGE}"
             return _refusal(

@@ -29,6 +29,13 @@ from django.http import HttpRequest
 from django.utils import timezone
 from rest_framework.request import Request
 
+from dispatch.auth_failures import (
+    NO_CREDENTIALS_REASON,
+    THROTTLED_REASON,
+    auth_failure_count,
+    auth_failure_rate,
+    auth_throttled_first,
+)
 from dispatch.client_address import client_address
 from dispatch.models import Agent, CallChannel, SecurityEvent
 from dispatch.store.guards import (
@@ -93,11 +100,40 @@ def api_agent(request: HttpRequest | Request) -> Agent | None:
     return None
 
 
+def _failed_authentication_bounded(
+    origin: Origin, status: int, reason: str, detail: str
+) -> tuple[int, str, str] | None:
+    """Failed authentications of one address make at most the rate's rows per window, then one
+    that says the address is past it: the row to write (the refusal's own, or that one), or None
+    for no row. A 401 to a bad token was counted where it was refused (dispatch.authentication);
+    a 401 to no credential at all is counted here."""
+    address = origin.client_address
+    if status == 401 and reason == NO_CREDENTIALS_REASON and address:
+        if not auth_failure_count(address):
+            return status, reason, detail
+    elif reason != THROTTLED_REASON or not address:
+        return status, reason, detail
+    if not auth_throttled_first(address):
+        return None
+    limit, window = auth_failure_rate()
+    return (
+        429,
+        THROTTLED_REASON,
+        f"Over {limit} failed authentications in {window} s from this address: until it is "
+        "back within that rate its unknown tokens are answered 429 unread, and its failures "
+        "are not recorded.",
+    )
+
+
 def security_event_record(
     *, origin: Origin, agent: Agent | None, status: int, reason: str, detail: str
 ) -> SecurityEvent | None:
     """Record a refusal, whichever door refused it; None (and a log line) if it could not be
-    written."""
+    written, or if it is one of an address's failed authentications past the rate."""
+    row = _failed_authentication_bounded(origin, status, reason, detail)
+    if row is None:
+        return None
+    status, reason, detail = row
     try:
         # A savepoint: a failed write must not break a transaction the request may be in.
         with transaction.atomic():

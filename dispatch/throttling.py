@@ -46,6 +46,22 @@ return tonumber(oldest[2]) + window - now
 """
 
 
+# The same log, read without adding to it: 0 while it has room, otherwise the microseconds until
+# a place frees up.
+_SLIDING_LOG_WAIT = """
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if redis.call('ZCARD', KEYS[1]) < limit then
+  return 0
+end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return tonumber(oldest[2]) + window - now
+"""
+
+
 class RateLimiterUnavailable(Exception):
     """The shared counter could not be reached: nothing can say whether the agent has room."""
 
@@ -55,14 +71,24 @@ class RequestLog(Protocol):
         """Count a request under key if it fits; returns 0, or the seconds to wait if not."""
         ...
 
+    def wait(self, key: str, *, limit: int, window_seconds: int) -> float:
+        """What hit would answer, without counting anything."""
+        ...
+
 
 class RedisRequestLog:
     """The log of every web process, in the default cache's Redis."""
 
     def hit(self, key: str, *, limit: int, window_seconds: int) -> float:
+        return self._run(_SLIDING_LOG, key, limit, window_seconds)
+
+    def wait(self, key: str, *, limit: int, window_seconds: int) -> float:
+        return self._run(_SLIDING_LOG_WAIT, key, limit, window_seconds)
+
+    def _run(self, source: str, key: str, limit: int, window_seconds: int) -> float:
         try:
             client = get_redis_connection("default")
-            script = client.register_script(_SLIDING_LOG)
+            script = client.register_script(source)
             wait_us = script(keys=[cache.make_key(key)], args=[limit, window_seconds * 1_000_000])
         except RedisError as error:
             raise RateLimiterUnavailable(str(error)) from error
@@ -77,13 +103,22 @@ class LocalRequestLog:
         self._logs: dict[str, deque[float]] = {}
 
     def hit(self, key: str, *, limit: int, window_seconds: int) -> float:
+        return self._count(key, limit, window_seconds, add=True)
+
+    def wait(self, key: str, *, limit: int, window_seconds: int) -> float:
+        return self._count(key, limit, window_seconds, add=False)
+
+    def _count(self, key: str, limit: int, window_seconds: int, *, add: bool) -> float:
         now = time.monotonic()
         with self._lock:
+            if not add and key not in self._logs:
+                return 0.0
             log = self._logs.setdefault(key, deque())
             while log and log[0] <= now - window_seconds:
                 log.popleft()
             if len(log) < limit:
-                log.append(now)
+                if add:
+                    log.append(now)
                 return 0.0
             return log[0] + window_seconds - now
 

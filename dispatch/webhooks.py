@@ -3,9 +3,10 @@ that signs them (approvals.webhooks sends them).
 
 A webhook URL makes this server send requests where an agent host says: to a cloud's metadata
 address or a database on the private network if nothing stopped it. So a URL is https (http only
-under DEBUG), names no credentials, and every address its host resolves to must be public, unless
-TOOLGATE_WEBHOOK_ALLOW_PRIVATE says otherwise. The same check runs again before each delivery,
-which then connects to the address it checked (a name may resolve elsewhere by then).
+under DEBUG), names no credentials, and every address its host resolves to must be public (an
+IPv6 address that carries an IPv4 one, such as 64:ff9b::a9fe:a9fe, is judged as the IPv4 one),
+unless TOOLGATE_WEBHOOK_ALLOW_PRIVATE says otherwise. The same check runs again before each
+delivery, which then connects to the address it checked (a name may resolve elsewhere by then).
 """
 
 from __future__ import annotations
@@ -47,13 +48,52 @@ def _private_allowed() -> bool:
     return bool(settings.TOOLGATE_WEBHOOK_ALLOW_PRIVATE)
 
 
+# IPv6 forms whose last 32 bits are an IPv4 address that the packets end up at: IPv4-compatible
+# (deprecated, ::/96), IPv4-translated (SIIT, ::ffff:0:0:0/96) and NAT64's well-known prefix.
+_LAST_32_BITS = tuple(
+    ipaddress.IPv6Network(network) for network in ("::/96", "::ffff:0:0:0/96", "64:ff9b::/96")
+)
+# NAT64 prefixes a network chooses itself (RFC 8215): where the IPv4 address sits depends on a
+# prefix length only that network knows, so nothing inside can be judged.
+_NAT64_LOCAL_USE = ipaddress.IPv6Network("64:ff9b:1::/48")
+_SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
+_TEREDO = ipaddress.IPv6Network("2001::/32")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...] | None:
+    """The IPv4 addresses an IPv6 address carries and stands for, or None if it carries none:
+    IPv4-mapped, -compatible, -translated, NAT64 (64:ff9b::/96), 6to4 (the address in bits 16 to
+    48) and Teredo (the server, and the client, stored inverted)."""
+    if address.ipv4_mapped is not None:
+        return (address.ipv4_mapped,)
+    if any(address in network for network in _LAST_32_BITS):
+        return (ipaddress.IPv4Address(int(address) & 0xFFFFFFFF),)
+    if address in _SIX_TO_FOUR and address.sixtofour is not None:
+        return (address.sixtofour,)
+    if address in _TEREDO and address.teredo is not None:
+        return address.teredo
+    return None
+
+
 def _is_public(address: IPAddress) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        # ::ffff:127.0.0.1 is 127.0.0.1.
-        return _is_public(address.ipv4_mapped)
+    if isinstance(address, ipaddress.IPv6Address):
+        # ::127.0.0.1, 64:ff9b::a9fe:a9fe or 2002:7f00:1:: reach what they embed, and Python's
+        # own tables call some of them global: each is judged as the IPv4 address inside.
+        embedded = embedded_ipv4(address)
+        if embedded is not None:
+            return all(_is_public(inner) for inner in embedded)
+        if address in _NAT64_LOCAL_USE:
+            return False
     # is_global leaves out loopback, private, link-local, shared (100.64/10), reserved and
     # documentation ranges; multicast is not a host.
     return address.is_global and not address.is_multicast
+
+
+def _described(address: IPAddress) -> str:
+    embedded = embedded_ipv4(address) if isinstance(address, ipaddress.IPv6Address) else None
+    if embedded is None:
+        return str(address)
+    return f"{address} (carrying {' and '.join(str(inner) for inner in embedded)})"
 
 
 def _resolve(host: str, port: int) -> list[IPAddress]:
@@ -100,7 +140,7 @@ def webhook_target(url: str) -> WebhookTarget:
     port = port or (443 if parts.scheme == "https" else 80)
     addresses = _resolve(host, port)
     if not _private_allowed():
-        refused = [str(address) for address in addresses if not _is_public(address)]
+        refused = [_described(address) for address in addresses if not _is_public(address)]
         if refused:
             raise WebhookUrlInvalid(
                 f"The host {host!r} resolves to {', '.join(refused)}, which is not a public "

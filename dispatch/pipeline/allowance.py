@@ -187,6 +187,81 @@ def allowance_judge(
     return None
 
 
+# Why a call moves its money without a human, and how many reviewers a held call's sum needs: the
+# other side of the same rules, in the same terms (the what-if says why a call goes another way).
+BELOW_AUTO_APPROVE = "below_auto_approve"
+NEVER = "never"
+TWO_REVIEWERS = "two_reviewers"
+ONE_REVIEWER = "one_reviewer"
+
+
+def allowance_pass(
+    policy: Policy, request: AllowanceRequest, history: AllowanceHistory
+) -> HoldReason:
+    """Why allowance_judge lets a call move its money without a human: the customer's sum with it
+    is below the auto-approve amount, and the agent's day within its cap."""
+    amount, currency = request.amount_cents, request.currency
+    limits = policy.limits(currency)
+    threshold = limits.auto_approve_below_cents if limits is not None else 0
+    cap = limits.daily_cap_cents if limits is not None else None
+    earlier = history.customer_window_cents
+    message = (
+        f"with this {amount} the customer's sum in the last "
+        f"{_duration(policy.auto_approve_window_seconds)}, {earlier + amount} {currency}, is "
+        f"below the {threshold} that may be moved without a human"
+    )
+    if cap is not None:
+        message += (
+            f", and this agent's {history.agent_day_cents + amount} {currency} without a human "
+            f"today (UTC) is within its daily cap of {cap}"
+        )
+    return HoldReason(
+        BELOW_AUTO_APPROVE,
+        message,
+        {
+            "amount_cents": amount,
+            "earlier_cents": earlier,
+            "sum_cents": earlier + amount,
+            "auto_approve_below_cents": threshold,
+            "agent_day_cents": history.agent_day_cents + amount,
+            "daily_cap_cents": cap,
+        },
+    )
+
+
+def never_reason(tool: str) -> HoldReason:
+    """Why a call of a tool no human decides moves its money without one."""
+    return HoldReason(NEVER, f"this agent's policy has no human decide a {tool}", {})
+
+
+def reviewers_reason(policy: Policy, sum_cents: int, currency: str) -> HoldReason:
+    """Why a held call needs one reviewer or two: the customer's sum with it (this call's amount
+    included) against the currency's two-reviewer line (Policy.reviewers_required)."""
+    limits = policy.limits(currency)
+    line = None if limits is None else limits.two_reviewers_from_cents
+    data = {"sum_cents": sum_cents, "two_reviewers_from_cents": line}
+    if line is None:
+        return HoldReason(
+            ONE_REVIEWER,
+            f"the policy names no sum in {currency} from which two reviewers must approve: one "
+            "is enough",
+            data,
+        )
+    if policy.reviewers_required(sum_cents, currency) == 2:
+        return HoldReason(
+            TWO_REVIEWERS,
+            f"the customer's sum with this call, {sum_cents} {currency}, is not below the {line} "
+            "from which two reviewers must approve",
+            data,
+        )
+    return HoldReason(
+        ONE_REVIEWER,
+        f"the customer's sum with this call, {sum_cents} {currency}, is below the {line} from "
+        "which two reviewers must approve: one is enough",
+        data,
+    )
+
+
 def always_judge(tool: str, request: AllowanceRequest, history: AllowanceHistory) -> HoldReason:
     """Why a call of a tool that a human always decides is held: a possible duplicate first."""
     twins = twins_of(request, history)

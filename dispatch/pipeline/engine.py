@@ -249,15 +249,23 @@ def rules_refusal(
     limits = policy.limits(money.currency)
     # A currency without thresholds has no maximum either: it is held for a human (stage 7).
     if limits is not None and money.amount_cents > limits.max_amount_cents:
-        field = spec.amount_field or "amount"
-        return Refusal(
-            codes.POLICY_LIMIT,
-            f"{field}: {money.amount_cents} is above this agent's limit of "
-            f"{limits.max_amount_cents} {money.currency} per call (a human must handle larger "
-            "amounts)",
-            {"limit_cents": limits.max_amount_cents, "currency": money.currency},
+        return over_maximum(
+            spec.amount_field or "amount",
+            money.amount_cents,
+            money.currency,
+            limits.max_amount_cents,
         )
     return money
+
+
+def over_maximum(field: str, amount_cents: int, currency: str, limit_cents: int) -> Refusal:
+    """Stage 6's refusal of an amount above the policy's maximum per call."""
+    return Refusal(
+        codes.POLICY_LIMIT,
+        f"{field}: {amount_cents} is above this agent's limit of {limit_cents} {currency} per "
+        "call (a human must handle larger amounts)",
+        {"limit_cents": limit_cents, "currency": currency},
+    )
 
 
 def recheck(

@@ -457,6 +457,19 @@ class InMemoryState:
             self._by_customer[customer_id, currency][key] = approved_movement
             self._expiries.pop(key, None)
 
+    def held_executed(self, confirmation_id: str, *, at: datetime) -> None:
+        """What an approved held call's execution does to its money (the approvals service does
+        it on the database): moved with a reviewer's approval, counting from `at`."""
+        key = execution_key(confirmation_id)
+        with self._lock:
+            kept = self.movements.get(key)
+            if kept is None:
+                return
+            customer_id, currency, movement = kept
+            executed = movement._replace(approval=REVIEWER, at=at)
+            self.movements[key] = (customer_id, currency, executed)
+            self._by_customer[customer_id, currency][key] = executed
+
     def expire(self, confirmation_id: str, at: datetime) -> None:
         """Move a confirmation's expiry (for tests of expiry)."""
         with self._lock:

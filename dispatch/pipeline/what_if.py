@@ -45,10 +45,15 @@ from dispatch.pipeline.allowance import (
     SHOWN,
     AllowanceHistory,
     AllowanceRequest,
+    HoldReason,
     Movement,
     allowance_judge,
+    allowance_pass,
     always_judge,
+    never_reason,
+    reviewers_reason,
 )
+from dispatch.pipeline.engine import over_maximum
 from dispatch.pipeline.policy import CurrencyLimits, HumanRule, Policy
 
 # The ways a money-moving call goes, in the order a page shows them.
@@ -150,13 +155,31 @@ def _check(label: str, name: str, value: int | None) -> None:
 
 
 def replay_from(policy: Policy, since: datetime) -> datetime:
-    """How far before the range a replay must read for its sums to be whole at `since`: the
-    window's money, the held money still waiting for a reviewer (a confirmation lives at most
-    the policy's confirmation time), and the UTC day's money for the daily cap. (An approved call
-    whose execution was still unsettled at that moment, older still, is not read: a rare loss.)"""
+    """How far before the range a replay reads every call for its sums to be whole at `since`:
+    the window's money, the held money still waiting for a reviewer (a confirmation lives at most
+    the policy's confirmation time), and the UTC day's money for the daily cap. A held call older
+    still is read too where its money may still count then (held_money_reaches)."""
     back = max(policy.auto_approve_window_seconds, policy.confirmation_ttl_seconds)
     midnight = datetime.combine(_utc_day(since), datetime.min.time(), UTC)
     return min(since - timedelta(seconds=back), midnight)
+
+
+# A confirmation's statuses whose money has stopped moving or counting for good (money_phases);
+# any other (approved, executing, unknown) is still on its way.
+SETTLED = frozenset({*LET_GO, PENDING, EXECUTED, FAILED})
+
+
+def held_money_reaches(confirmation: Confirmed, since: datetime, window: timedelta) -> bool:
+    """Whether a held call's money may still count in a sum at `since` or later, however long
+    before it the call was made: it is still on its way, or it could be held until then, or its
+    execution ended within a window of it (moved with a reviewer, money counts for the window from
+    its execution, which may come long after the call). A store's replay reads these calls from
+    before replay_from as well; a few more than needed is harmless (their money has ended)."""
+    return (
+        confirmation.status not in SETTLED
+        or confirmation.expires_at >= since
+        or (confirmation.finished_at is not None and confirmation.finished_at >= since - window)
+    )
 
 
 class Confirmed(NamedTuple):
@@ -193,11 +216,16 @@ class PastCall(NamedTuple):
 
 
 class Verdict(NamedTuple):
-    """Where the draft sends one call, and why when it is not auto-executed."""
+    """Where the draft sends one call, and why, in the pipeline's own terms."""
 
     call: PastCall
     outcome: str
+    # The kind of the rule that held or refused it; "" when it is auto-executed.
     reason: str
+    # The rule that decided where it goes: why it is held (allowance_judge's reason), refused
+    # (stage 6's), or let through (allowance_pass); and for a held call, why one reviewer or two.
+    rule: HoldReason | None = None
+    reviewers: HoldReason | None = None
 
 
 class Tally(NamedTuple):
@@ -478,7 +506,13 @@ def _judged(
 ) -> Verdict:
     limits = policy.limits(call.currency)
     if limits is not None and call.amount_cents > limits.max_amount_cents:
-        return Verdict(call, REFUSED, OVER_MAXIMUM)
+        refusal = over_maximum("amount", call.amount_cents, call.currency, limits.max_amount_cents)
+        rule = HoldReason(
+            OVER_MAXIMUM,
+            refusal.message,
+            {"amount_cents": call.amount_cents, "max_amount_cents": limits.max_amount_cents},
+        )
+        return Verdict(call, REFUSED, OVER_MAXIMUM, rule)
     request = AllowanceRequest(
         call.call_id,
         call.agent_id,
@@ -494,23 +528,34 @@ def _judged(
     )
     history = sums.history(request, days.of(call.agent_id, call.currency, call.at))
     # As stage 7 judges a tool that moves money: by the policy's rule for it.
-    rule = policy.human_rule(call.tool, high_risk=True)
+    human = policy.human_rule(call.tool, high_risk=True)
     hold = (
         allowance_judge(policy, request, history)
-        if rule is HumanRule.BY_AMOUNT
+        if human is HumanRule.BY_AMOUNT
         else always_judge(call.tool, request, history)
-        if rule is HumanRule.ALWAYS
+        if human is HumanRule.ALWAYS
         else None
     )
     if hold is None:
-        return Verdict(call, AUTO_EXECUTED, "")
+        passed = (
+            allowance_pass(policy, request, history)
+            if human is HumanRule.BY_AMOUNT
+            else never_reason(call.tool)
+        )
+        return Verdict(call, AUTO_EXECUTED, "", passed)
     # As stage 7 does: the customer's sum with this call decides the reviewers.
-    if (
-        policy.reviewers_required(history.customer_window_cents + call.amount_cents, call.currency)
+    reviewers = reviewers_reason(
+        policy, history.customer_window_cents + call.amount_cents, call.currency
+    )
+    outcome = (
+        TWO_REVIEWERS
+        if policy.reviewers_required(
+            history.customer_window_cents + call.amount_cents, call.currency
+        )
         == 2
-    ):
-        return Verdict(call, TWO_REVIEWERS, hold.kind)
-    return Verdict(call, ONE_REVIEWER, hold.kind)
+        else ONE_REVIEWER
+    )
+    return Verdict(call, outcome, hold.kind, hold, reviewers)
 
 
 # The tallies ---------------------------------------------------------------------------------

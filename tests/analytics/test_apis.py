@@ -172,3 +172,28 @@ def test_a_draft_may_give_thresholds_to_a_currency_held_today(
     assert response.json()["draft"]["currencies"]["JPY"]["auto_approve_below_cents"] == 2_000
     assert without_maximum.status_code == 400
     assert "KWD a maximum amount first" in without_maximum.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        ("JPY_auto_approve_below", "50.5", "50.5 JPY is finer than its smallest unit (0 decimals)"),
+        ("USD_max_amount", "50.555", "50.555 USD is finer than its smallest unit (2 decimals)"),
+        ("BRL_daily_cap", "-5", "-5 is not an amount of money (0 or more)"),
+        ("BRL_auto_approve_below", "fifty", "'fifty' is not an amount"),
+        ("BRL_max_amount", "1" + "0" * 20, "must be at most 92233720368547758.07 BRL"),
+        ("XYZ_max_amount", "100", "XYZ is not a currency of this agent's tools or policy"),
+        ("BRL_auto_approve_bellow", "100", "is not a parameter of the what-if"),
+        ("auto_approve_below", "100", "is not a parameter of the what-if"),
+    ],
+)
+def test_a_draft_it_cannot_read_is_a_400_naming_the_parameter(
+    make_agent: MakeAgent, manager: Client, name: str, value: str, said: str
+) -> None:
+    agent, _ = make_agent()
+
+    response = manager.get("/api/v1/metrics/what-if", {"agent": str(agent.pk), name: value})
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert f"{name}: {said}" in error["message"]

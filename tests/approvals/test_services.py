@@ -108,6 +108,26 @@ def test_an_identical_call_while_approved_gets_the_state_and_after_execution_the
     assert ledger(order) == [(6_000, "reviewer", "ana")]
 
 
+def test_an_approval_covers_only_the_call_it_was_given_not_one_argument_changed(
+    holding_agent: Agent,
+    held_refund: HeldRefund,
+    reviewers: list[User],
+    order: Order,
+    django_capture_on_commit_callbacks: Capture,
+) -> None:
+    held = held_refund(6_000)
+    with django_capture_on_commit_callbacks(execute=False):
+        confirmation_approve(confirmation_id=held.pk, reviewer=reviewers[0])
+
+    changed = refund_call(holding_agent, 6_001)
+    confirmation_execute(confirmation_id=held.pk)
+
+    assert changed.code == "CONFIRMATION_REQUIRED"
+    assert changed.data["confirmation_id"] != held.pk
+    assert Confirmation.objects.get(pk=changed.data["confirmation_id"]).status == "pending"
+    assert ledger(order) == [(6_000, "reviewer", "ana")]
+
+
 def test_a_rejection_reaches_the_model_and_an_identical_call_replays_it(
     holding_agent: Agent, held_refund: HeldRefund, reviewers: list[User], order: Order
 ) -> None:

@@ -3,6 +3,9 @@ attempt is recorded. The receiver is a real HTTP server on 127.0.0.1."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import ipaddress
 import json
 import re
 import socket
@@ -73,8 +76,10 @@ def test_an_event_reaches_the_webhook_signed_as_documented(
 
     [request] = webhook_receiver.received
     signature = request.headers["Toolgate-Signature"]
-    assert documented_verify(secret, signature, request.body)
+    assert documented_verify(secret, signature, request.headers["Toolgate-Delivery"], request.body)
+    assert delivery is not None
     assert json.loads(request.body) == {
+        "delivery_id": str(delivery.pk),
         "event": "rejected",
         "confirmation": confirmation_state(confirmation),
     }
@@ -99,16 +104,21 @@ def test_the_documented_check_refuses_a_wrong_secret_a_changed_body_and_an_old_t
     enqueue_and_commit(django_capture_on_commit_callbacks, refund_held_for(agent), "expired")
     [request] = webhook_receiver.received
     signature = request.headers["Toolgate-Signature"]
+    delivery_id = request.headers["Toolgate-Delivery"]
     stamp = int(re.search(r"t=(\d+)", signature).group(1))  # type: ignore[union-attr]
+    v1_only = re.sub(r",v2=[0-9a-f]+", "", signature)
 
     checks = {
-        "as sent": documented_verify(secret, signature, request.body),
-        "another secret": documented_verify(secret + "x", signature, request.body),
-        "changed body": documented_verify(secret, signature, request.body.replace(b"6000", b"9")),
-        "older than the window": documented_verify(
-            secret, signature, request.body, window=int(time.time()) - stamp - 1
+        "as sent": documented_verify(secret, signature, delivery_id, request.body),
+        "another secret": documented_verify(secret + "x", signature, delivery_id, request.body),
+        "changed body": documented_verify(
+            secret, signature, delivery_id, request.body.replace(b"6000", b"9")
         ),
-        "no signature": documented_verify(secret, "t=,v1=", request.body),
+        "older than the window": documented_verify(
+            secret, signature, delivery_id, request.body, window=int(time.time()) - stamp - 1
+        ),
+        "no signature": documented_verify(secret, "t=,v1=,v2=", delivery_id, request.body),
+        "v1 alone": documented_verify(secret, v1_only, delivery_id, request.body),
     }
 
     assert checks == {
@@ -117,7 +127,68 @@ def test_the_documented_check_refuses_a_wrong_secret_a_changed_body_and_an_old_t
         "changed body": False,
         "older than the window": False,
         "no signature": False,
+        "v1 alone": False,
     }
+
+
+def test_a_replay_under_a_fresh_delivery_id_fails_v2_within_the_window(
+    hooked: tuple[Agent, str],
+    webhook_receiver: WebhookReceiver,
+    documented_verify: Verify,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    agent, secret = hooked
+    confirmation = refund_held_for(agent)
+    enqueue_and_commit(django_capture_on_commit_callbacks, confirmation, "approved")
+    enqueue_and_commit(django_capture_on_commit_callbacks, confirmation, "executed")
+    captured, other = webhook_receiver.received
+    signature = captured.headers["Toolgate-Signature"]
+    # A fresh id a receiver has not seen: another delivery's, and one never issued.
+    fresh_ids = [other.headers["Toolgate-Delivery"], "999999"]
+
+    as_sent = documented_verify(
+        secret, signature, captured.headers["Toolgate-Delivery"], captured.body
+    )
+    replays = [documented_verify(secret, signature, fresh, captured.body) for fresh in fresh_ids]
+
+    assert as_sent is True
+    assert replays == [False, False]
+    assert json.loads(captured.body)["delivery_id"] == captured.headers["Toolgate-Delivery"]
+
+
+def _v1_signature_valid(secret: str, header: str, body: bytes, window: int = 300) -> bool:
+    # What docs/webhooks.md showed receivers before v2: they must keep working.
+    fields = dict(part.split("=", 1) for part in header.split(",") if "=" in part)
+    if not fields.get("t", "").isdigit() or "v1" not in fields:
+        return False
+    signed = fields["t"].encode() + b"." + body
+    expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    fresh = abs(time.time() - int(fields["t"])) <= window
+    return fresh and hmac.compare_digest(expected, fields["v1"])
+
+
+def test_a_receiver_checking_v1_keeps_working_and_finds_the_id_under_it(
+    hooked: tuple[Agent, str],
+    webhook_receiver: WebhookReceiver,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    agent, secret = hooked
+    delivery = enqueue_and_commit(
+        django_capture_on_commit_callbacks, refund_held_for(agent), "expired"
+    )
+    [request] = webhook_receiver.received
+    assert delivery is not None
+    signature = request.headers["Toolgate-Signature"]
+
+    valid = _v1_signature_valid(secret, signature, request.body)
+    tampered_id = request.body.replace(
+        f'"delivery_id":"{delivery.pk}"'.encode(), b'"delivery_id":"999999"'
+    )
+
+    assert valid is True
+    assert re.fullmatch(r"t=\d+,v1=[0-9a-f]{64},v2=[0-9a-f]{64}", signature)
+    assert tampered_id != request.body
+    assert _v1_signature_valid(secret, signature, tampered_id) is False
 
 
 def test_an_agent_without_a_webhook_gets_no_delivery(
@@ -280,6 +351,38 @@ def test_an_address_no_longer_allowed_when_sending_gets_nothing(
     assert webhook_receiver.received == []
 
 
+@pytest.mark.parametrize(
+    "rebound", ["::127.0.0.1", "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::"]
+)
+def test_a_name_that_comes_to_resolve_to_an_ipv4_address_inside_ipv6_gets_nothing(
+    rebound: str, make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resolves_to = ["93.184.215.14"]
+
+    # DNS is not ours: the name resolves to a public address when the URL is set, and to the
+    # rebound one by the time of sending.
+    def getaddrinfo(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
+        assert host == "hooks.example.com"
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (a, port, 0, 0)) for a in resolves_to]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    agent, _ = make_agent()
+    agent_webhook_set(agent=agent, url="https://hooks.example.com/toolgate/events")
+    with transaction.atomic():
+        webhook_enqueue(confirmation=refund_held_for(agent), event="executed")
+    resolves_to[:] = [rebound]
+    connections: list[Any] = []
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: connections.append(a))
+
+    delivery = webhook_deliver(delivery_id=WebhookDelivery.objects.get().pk)
+
+    assert delivery is not None
+    assert (delivery.status, delivery.attempts, delivery.last_status_code) == ("pending", 1, None)
+    assert f"resolves to {ipaddress.ip_address(rebound)} (carrying " in delivery.last_error
+    assert "which is not a public address" in delivery.last_error
+    assert connections == []
+
+
 def test_the_wait_between_attempts_doubles_up_to_the_cap(settings: Settings) -> None:
     settings.TOOLGATE_WEBHOOK_RETRY_BASE_SECONDS = 10
     settings.TOOLGATE_WEBHOOK_RETRY_MAX_SECONDS = 600
@@ -348,7 +451,10 @@ def test_a_pending_delivery_goes_to_the_webhook_url_the_agent_has_now(
 
     [request] = webhook_receiver.received
     assert request.path == "/v2/events"
-    assert documented_verify(secret, request.headers["Toolgate-Signature"], request.body)
+    headers = request.headers
+    assert documented_verify(
+        secret, headers["Toolgate-Signature"], headers["Toolgate-Delivery"], request.body
+    )
     assert delivery is not None
     assert (delivery.status, delivery.url) == ("delivered", moved)
 
@@ -388,7 +494,12 @@ def test_a_decision_and_its_execution_reach_the_agents_webhook(
     events = [request.headers["Toolgate-Event"] for request in webhook_receiver.received]
     assert events == ["approved", "executed"]
     assert all(
-        documented_verify(secret, request.headers["Toolgate-Signature"], request.body)
+        documented_verify(
+            secret,
+            request.headers["Toolgate-Signature"],
+            request.headers["Toolgate-Delivery"],
+            request.body,
+        )
         for request in webhook_receiver.received
     )
     executed = json.loads(webhook_receiver.received[-1].body)["confirmation"]

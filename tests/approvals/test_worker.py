@@ -372,10 +372,16 @@ def test_the_worker_retries_a_failed_webhook_with_backoff_until_it_is_delivered(
     requests = webhook_receiver.received
     assert len(requests) == 3
     assert all(
-        documented_verify(secret, request.headers["Toolgate-Signature"], request.body)
+        documented_verify(
+            secret,
+            request.headers["Toolgate-Signature"],
+            request.headers["Toolgate-Delivery"],
+            request.body,
+        )
         for request in requests
     )
     assert {json.loads(request.body)["event"] for request in requests} == {"expired"}
+    assert {request.headers["Toolgate-Delivery"] for request in requests} == {str(delivered.pk)}
 
 
 # The approved row is the outbox: an approval is never lost -------------------------------------

@@ -249,13 +249,21 @@ def test_its_history_spreads_the_traffic_over_30_days_through_the_pipeline(run: 
         assert timedelta(0) < confirmation.decided_at - confirmation.created_at <= timedelta(days=1)
     # Counted as calls are written, the rollups agree with the records they came from.
     assert rollups_live() == rollups_rebuilt(audit_in_session_order())[0]
-    # Judged again under the policy that judged them, every call goes the way it went.
+    # An approved refund executed at its approval, as a worker would, not when it was seeded.
+    executed = decided.filter(status="executed")
+    assert executed.exists()
+    for confirmation in executed:
+        assert confirmation.finished_at == confirmation.decided_at
+    # Judged again under the policy that judged them, every call of any range goes the way it
+    # went.
     agent = Agent.objects.get(name="demo-agent")
     assert agent.current_policy is not None
-    replay = policy_what_if(
-        agent_id=agent.pk,
-        since=now - timedelta(days=31),
-        until=now,
-        draft=agent.current_policy.snapshot(),
-    )
-    assert replay.calls > 0 and replay.moves == ()
+    for days in (1, 7, 31):
+        replay = policy_what_if(
+            agent_id=agent.pk,
+            since=now - timedelta(days=days),
+            until=now,
+            draft=agent.current_policy.snapshot(),
+        )
+        assert (days, replay.moves) == (days, ())
+    assert replay.calls > 0

@@ -658,6 +658,41 @@ def test_over_http_refused_tokens_are_security_events_of_the_mcp_channel(
     assert events[2].agent == agent_of(bare)
 
 
+def test_over_http_a_flood_of_bad_tokens_is_throttled_with_the_apis_and_its_events_bounded(
+    mcp_url: str, token: str, settings: Settings
+) -> None:
+    settings.TOOLGATE_AUTH_FAILURE_RATE = "5/min"
+    assert requests.post(
+        mcp_url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"Bearer {token}"}, timeout=30
+    ).ok
+
+    flood = [
+        requests.post(
+            mcp_url,
+            json=INITIALIZE,
+            headers={**ACCEPT, "Authorization": f"Bearer tg_guess-{n}"},
+            timeout=30,
+        )
+        for n in range(12)
+    ]
+    known = requests.post(
+        mcp_url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"Bearer {token}"}, timeout=30
+    )
+
+    assert [answer.status_code for answer in flood] == [401] * 5 + [429] * 7
+    throttled = refusal_of(flood[-1], 429)
+    assert (throttled["data"]["code"], throttled["data"]["retryable"]) == (
+        "authentication_throttled",
+        True,
+    )
+    assert 1 <= int(flood[-1].headers["Retry-After"]) <= 60
+    assert known.status_code == 200, known.text
+    events = SecurityEvent.objects.order_by("pk")
+    assert [(e.channel, e.status, e.reason) for e in events] == [
+        (CallChannel.MCP, 401, "authentication_failed")
+    ] * 5 + [(CallChannel.MCP, 429, "authentication_throttled")]
+
+
 def test_over_http_the_hosts_refusals_are_security_events_of_the_mcp_channel(
     mcp_url: str, token: str, ledger: Ledger
 ) -> None:

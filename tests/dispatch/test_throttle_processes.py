@@ -1,5 +1,6 @@
-"""The agent throttle holds across web processes: gunicorn with several workers, production
-settings, PostgreSQL and Redis, and more requests at once than the rate allows.
+"""The agent throttle, and the throttle of failed authentications per address, hold across web
+processes: gunicorn with several workers, production settings, PostgreSQL and Redis, and more
+requests at once than the rate allows.
 
 Each worker used to count alone in its own memory, so four workers let through about four times
 the rate. The test runs in its own database (test_<name>_gunicorn, made, migrated and dropped
@@ -37,6 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 WORKERS = 4
 RATE = 60
 SENT = 150
+AUTH_FAILURES = 20
+BAD_TOKENS = 300
 
 
 def database_url() -> dict[str, str]:
@@ -100,6 +103,9 @@ def production_env(server_database: str, redis_url: str) -> dict[str, str]:
         "CACHE_URL": f"{redis_url}{separator}key_prefix=gunicorn-{uuid.uuid4().hex}",
         "CELERY_BROKER_URL": "",
         "AGENT_THROTTLE_RATE": f"{RATE}/min",
+        "AUTH_FAILURE_RATE": f"{AUTH_FAILURES}/min",
+        # As behind nginx; a request with no X-Forwarded-For is counted under its peer.
+        "TOOLGATE_TRUSTED_PROXY_COUNT": "1",
         "LOG_LEVEL": "WARNING",
         # WhiteNoise warns that STATIC_ROOT does not exist: the API serves no static files.
         "PYTHONWARNINGS": "ignore:No directory at:UserWarning",
@@ -224,3 +230,65 @@ def test_workers_together_let_through_exactly_the_rate_and_answer_the_rest_429(
     )
     assert len(served_by) > 1, served_by
     assert sum(served_by.values()) == SENT
+
+
+def test_workers_together_answer_a_flood_of_bad_tokens_with_the_rate_in_401s_and_bounded_events(
+    token: str, gunicorn: Server, production_env: dict[str, str]
+) -> None:
+    attacker, neighbour = "203.0.113.7", "198.51.100.20"
+
+    def post(authorization: str, address: str) -> requests.Response:
+        envelope = {
+            "session_id": "s-1",
+            "customer_id": "CUS-1",
+            "tool": "get_order",
+            "arguments": {"order_id": "ORD-1001"},
+        }
+        return requests.post(
+            f"{gunicorn.url}/api/v1/calls",
+            data=json.dumps(envelope),
+            headers={
+                "Authorization": authorization,
+                "Content-Type": "application/json",
+                # What nginx appends; the client's own entry, to the left, is ignored.
+                "X-Forwarded-For": f"10.0.0.{len(authorization) % 250}, {address}",
+            },
+            timeout=120,
+        )
+
+    # The good token works from the attacker's address before the flood: it is known.
+    assert post(f"Token {token}", attacker).status_code == 200
+    threads, each = 30, BAD_TOKENS // 30
+    start = threading.Barrier(threads)
+
+    def guess(number: int) -> list[int]:
+        start.wait(timeout=60)
+        return [post(f"Token tg_guess-{number}-{k}", attacker).status_code for k in range(each)]
+
+    began = time.monotonic()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        statuses = Counter(status for row in pool.map(guess, range(threads)) for status in row)
+    seconds = time.monotonic() - began
+    known = post(f"Token {token}", attacker)
+    neighbour_good = post(f"Token {token}", neighbour)
+    neighbour_bad = post("Token tg_guess-neighbour", neighbour)
+    with psycopg.connect(
+        production_env["DATABASE_URL"].replace("postgres://", "postgresql://")
+    ) as db:
+        rows = db.execute(
+            "SELECT client_address::text, status, reason, count(*) FROM dispatch_securityevent "
+            "GROUP BY 1, 2, 3 ORDER BY 1, 2"
+        ).fetchall()
+    print(
+        f"\n{BAD_TOKENS} bad tokens from one address on {WORKERS} workers in {seconds:.1f} s: "
+        f"{dict(statuses)}; security events {rows}"
+    )
+
+    assert statuses == {401: AUTH_FAILURES, 429: BAD_TOKENS - AUTH_FAILURES}, statuses
+    assert known.status_code == 200
+    assert (neighbour_good.status_code, neighbour_bad.status_code) == (200, 401)
+    assert [(address.split("/")[0], status, reason, n) for address, status, reason, n in rows] == [
+        (neighbour, 401, "authentication_failed", 1),
+        (attacker, 401, "authentication_failed", AUTH_FAILURES),
+        (attacker, 429, "authentication_throttled", 1),
+    ]

@@ -5,6 +5,11 @@ No test here sends anything: hosts are IP literals or `localhost`, which resolve
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 from pytest_django.fixtures import Settings
 
@@ -13,6 +18,7 @@ from dispatch.webhooks import (
     WebhookUrlInvalid,
     agent_webhook_secret_rotate,
     agent_webhook_set,
+    embedded_ipv4,
     webhook_target,
 )
 from tests.conftest import MakeAgent
@@ -135,3 +141,116 @@ def test_an_agent_without_a_webhook_has_no_secret_to_rotate(make_agent: MakeAgen
         agent_webhook_secret_rotate(agent=agent)
 
     assert Agent.objects.get(pk=agent.pk).webhook_secret == ""
+
+
+# IPv6 addresses that carry an IPv4 address are judged as that address ---------------------------
+
+EMBEDDED = {
+    "loopback": "127.0.0.1",
+    "private": "10.1.2.3",
+    "link-local (metadata)": "169.254.169.254",
+    "public": "93.184.215.14",
+}
+# Another public address, for the Teredo half that is not under test.
+OTHER_PUBLIC = ipaddress.IPv4Address("8.8.8.8")
+
+
+def _teredo(server: ipaddress.IPv4Address, client: ipaddress.IPv4Address) -> str:
+    # 2001:0000:<server>:<flags>:<port, inverted>:<client, inverted>
+    value = (0x2001_0000 << 96) | (int(server) << 64) | (0xFFFF_FFFF ^ int(client))
+    return str(ipaddress.IPv6Address(value))
+
+
+FORMS: dict[str, Callable[[ipaddress.IPv4Address], str]] = {
+    "mapped ::ffff:0:0/96": lambda v4: str(ipaddress.IPv6Address(f"::ffff:{v4}")),
+    "compatible ::/96": lambda v4: str(ipaddress.IPv6Address(int(v4))),
+    "translated ::ffff:0:0:0/96": lambda v4: str(ipaddress.IPv6Address(f"::ffff:0:{v4}")),
+    "NAT64 64:ff9b::/96": lambda v4: str(ipaddress.IPv6Address(f"64:ff9b::{v4}")),
+    "6to4 2002::/16": lambda v4: str(ipaddress.IPv6Address((0x2002 << 112) | (int(v4) << 80) | 1)),
+    "Teredo client": lambda v4: _teredo(OTHER_PUBLIC, v4),
+    "Teredo server": lambda v4: _teredo(v4, OTHER_PUBLIC),
+}
+
+EMBEDDING_CASES = [
+    pytest.param(form(ipaddress.IPv4Address(v4)), kind == "public", id=f"{name}-{kind}")
+    for name, form in FORMS.items()
+    for kind, v4 in EMBEDDED.items()
+]
+
+
+@pytest.mark.parametrize(("address", "accepted"), EMBEDDING_CASES)
+def test_an_ipv6_literal_carrying_an_ipv4_address_is_judged_as_that_address(
+    address: str, accepted: bool
+) -> None:
+    url = f"https://[{address}]/hook"
+
+    if accepted:
+        assert webhook_target(url).address == address
+    else:
+        with pytest.raises(WebhookUrlInvalid, match="not a public address"):
+            webhook_target(url)
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        # The issue's four, as written.
+        "::127.0.0.1",
+        "64:ff9b::7f00:1",
+        "64:ff9b::a9fe:a9fe",
+        "2002:7f00:1::",
+        # A network's own NAT64 prefix: where the IPv4 address sits is the network's choice.
+        "64:ff9b:1::5db8:d70e",
+        "64:ff9b:1:5db8:d7:e00::",
+    ],
+)
+def test_it_refuses_the_known_forms_and_any_local_use_nat64_address(address: str) -> None:
+    with pytest.raises(WebhookUrlInvalid, match="not a public address"):
+        webhook_target(f"https://[{address}]/hook")
+
+
+@pytest.mark.parametrize(("address", "accepted"), EMBEDDING_CASES)
+def test_a_name_resolving_to_an_ipv6_address_carrying_an_ipv4_one_is_judged_the_same(
+    address: str, accepted: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DNS is not ours: the name resolves to the address under test.
+    def getaddrinfo(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
+        assert host == "hooks.example.com"
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, port, 0, 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    url = "https://hooks.example.com/hook"
+
+    if accepted:
+        assert webhook_target(url).address == address
+    else:
+        with pytest.raises(WebhookUrlInvalid, match="not a public address"):
+            webhook_target(url)
+
+
+def test_the_embedded_addresses_are_read_from_the_right_bits() -> None:
+    v4 = ipaddress.IPv4Address
+
+    found = {
+        form: embedded_ipv4(ipaddress.IPv6Address(address))
+        for form, address in {
+            "mapped": "::ffff:169.254.169.254",
+            "compatible": "::169.254.169.254",
+            "translated": "::ffff:0:169.254.169.254",
+            "NAT64": "64:ff9b::a9fe:a9fe",
+            "6to4": "2002:a9fe:a9fe:1:2:3:4:5",
+            "Teredo": "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "native": "2606:4700::1111",
+        }.items()
+    }
+
+    assert found == {
+        "mapped": (v4("169.254.169.254"),),
+        "compatible": (v4("169.254.169.254"),),
+        "translated": (v4("169.254.169.254"),),
+        "NAT64": (v4("169.254.169.254"),),
+        "6to4": (v4("169.254.169.254"),),
+        # RFC 4380's example: server 65.54.227.120, client 192.0.2.45 (stored inverted).
+        "Teredo": (v4("65.54.227.120"), v4("192.0.2.45")),
+        "native": None,
+    }

@@ -147,6 +147,10 @@ TOOLGATE_MAX_ARGUMENT_BYTES = env.int("TOOLGATE_MAX_ARGUMENT_BYTES", default=8 *
 
 # Requests per agent token, such as "6000/min"; dispatch.authentication.AgentRateThrottle reads it.
 TOOLGATE_AGENT_THROTTLE_RATE = env("AGENT_THROTTLE_RATE", default="6000/min")
+# Failed authentications (401s) per client address, such as "20/min", read through the trusted-
+# proxy rule; past it, requests of that address with an unknown token are answered 429 unread
+# (dispatch.auth_failures).
+TOOLGATE_AUTH_FAILURE_RATE = env("AUTH_FAILURE_RATE", default="20/min")
 
 REST_FRAMEWORK: dict[str, Any] = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
