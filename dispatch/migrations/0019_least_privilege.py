@@ -13,6 +13,9 @@ from django.db import migrations, models
 
 from dispatch.store.guards import guards_drop, guards_install
 
+# What the guards it installs rendered when it was written (dispatch.store.guards).
+GUARDS_FINGERPRINT = "f69c3b7fcfb9f6b5"
+
 
 def install(apps, schema_editor):  # type: ignore[no-untyped-def]
     guards_install(schema_editor)

@@ -13,12 +13,14 @@ needed but not every row or column it could touch, a trigger here refuses the re
 
 Each is installed by a migration that calls `guards_install`. Rendered from the declarations
 rather than copied into the migration, so that they cannot drift apart: a change to a
-declaration needs a migration that calls `guards_install` again, and
-tests/dispatch/test_guards.py fails until there is one.
+declaration needs a migration that calls `guards_install` again and records the new
+`guards_fingerprint()` as its GUARDS_FINGERPRINT; tests/dispatch/store/test_guards.py fails
+until there is one.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from django.db.models import Field, Model
@@ -164,6 +166,12 @@ def guards_sql(schema: str) -> list[str]:
     FOR EACH ROW EXECUTE FUNCTION {MOVEMENT_PROTOCOL_FUNCTION}()""",
         prune_function_sql(schema),
     ]
+
+
+def guards_fingerprint() -> str:
+    """What the guards render today, in short: the latest migration that installs them records
+    it, so that a database migrated before a declaration changed is known to need them again."""
+    return hashlib.sha256("\n".join(guards_sql("public")).encode()).hexdigest()[:16]
 
 
 def guards_drop_sql() -> list[str]:

@@ -3,7 +3,9 @@ and the bounded prune of security events, each as installed, against its declara
 
 from __future__ import annotations
 
+import importlib
 import itertools
+import pkgutil
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,19 +31,40 @@ from dispatch.store.guards import (
     SECURITY_EVENTS_MIN_ROWS,
     SECURITY_EVENTS_PRUNE_BATCH,
     SECURITY_EVENTS_PRUNE_MAX_BATCHES,
+    guards_fingerprint,
     guards_sql,
 )
 from tests.conftest import MakeAgent
 
 pytestmark = pytest.mark.django_db
 
+postgresql_only = pytest.mark.usefixtures("_postgresql_only")
+
 _ids = itertools.count(1)
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def _postgresql_only() -> None:
     if connection.vendor != "postgresql":
         pytest.skip("the guards are PostgreSQL's")
+
+
+def test_the_latest_migration_that_installs_the_guards_installs_them_as_declared_today() -> None:
+    """A declaration changed (a status, a frozen column, the protocol, a floor) needs a migration
+    that installs the guards again: a database migrated before would keep the old ones."""
+    package = importlib.import_module("dispatch.migrations")
+    recorded = [
+        (name, module.GUARDS_FINGERPRINT)
+        for name in sorted(info.name for info in pkgutil.iter_modules(package.__path__))
+        for module in [importlib.import_module(f"dispatch.migrations.{name}")]
+        if hasattr(module, "GUARDS_FINGERPRINT")
+    ]
+
+    assert recorded, "no migration installs the guards"
+    assert recorded[-1][1] == guards_fingerprint(), (
+        f"the guards render differently from what {recorded[-1][0]} installed: add a migration "
+        "that calls guards_install and records the new guards_fingerprint()"
+    )
 
 
 def _confirmation(agent: Agent, status: str = ConfirmationStatus.PENDING) -> Confirmation:
@@ -88,6 +111,7 @@ def test_the_lifecycle_declares_every_status_and_only_them() -> None:
     assert {"executed", "failed", "rejected", "expired", "invalidated"} == CONFIRMATION_FINAL
 
 
+@postgresql_only
 def test_the_trigger_allows_exactly_the_moves_the_lifecycle_declares(
     make_agent: MakeAgent,
 ) -> None:
@@ -113,6 +137,7 @@ def test_the_trigger_allows_exactly_the_moves_the_lifecycle_declares(
     assert ("rejected", "approved") not in allowed
 
 
+@postgresql_only
 def test_the_installed_guards_are_what_the_declarations_render_today() -> None:
     """A declaration changed without a migration that installs the guards again fails here."""
     with connection.cursor() as cursor:
@@ -136,6 +161,7 @@ def test_the_installed_guards_are_what_the_declarations_render_today() -> None:
     assert installed == rendered
 
 
+@postgresql_only
 @pytest.mark.parametrize("field", CONFIRMATION_FROZEN)
 def test_a_frozen_column_of_a_confirmation_never_changes(make_agent: MakeAgent, field: str) -> None:
     agent, _ = make_agent()
@@ -159,6 +185,7 @@ def test_a_frozen_column_of_a_confirmation_never_changes(make_agent: MakeAgent, 
     assert (held.amount_cents, held.customer_id, held.agent_id) == (6000, "CUS-1", agent.pk)
 
 
+@postgresql_only
 def test_the_columns_the_services_update_change_without_the_status(make_agent: MakeAgent) -> None:
     agent, _ = make_agent()
     held = _confirmation(agent, ConfirmationStatus.EXECUTING)
@@ -284,6 +311,7 @@ PROTOCOL: list[tuple[str, str, dict[str, Any], dict[str, Any], bool]] = [
 ]
 
 
+@postgresql_only
 @pytest.mark.parametrize(
     ("approval", "own", "update", "allowed"),
     [case[1:] for case in PROTOCOL],
@@ -302,6 +330,7 @@ def test_a_reservation_moves_only_as_its_protocol_says(
         assert (kept.amount_cents, kept.approval, kept.at) == (6000, approval, NOW)
 
 
+@postgresql_only
 def test_a_reservation_is_never_deleted() -> None:
     movement = _movement("policy", released_at=NOW)
 
@@ -327,6 +356,7 @@ def _events(count: int, *, days_ago: float = 0) -> list[int]:
     return [event.pk for event in made]
 
 
+@postgresql_only
 @pytest.mark.parametrize(
     ("keep_days", "keep_rows", "batches"),
     [
@@ -348,6 +378,7 @@ def test_the_prune_function_refuses_to_widen_what_is_due(
     assert SecurityEvent.objects.filter(pk__in=events).count() == 5
 
 
+@postgresql_only
 def test_the_prune_function_deletes_what_is_due_oldest_first_in_bounded_batches() -> None:
     old = _events(2 * SECURITY_EVENTS_PRUNE_BATCH + 10, days_ago=40)
     recent = _events(SECURITY_EVENTS_MIN_ROWS)
