@@ -5,4 +5,5 @@ class ApprovalsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "approvals"
     # The application's database role may only INSERT and SELECT these (manage.py db_roles).
-    append_only_models = ("ConfirmationEvent",)
+    # A vote, once cast, stays; so does every event of a confirmation's log.
+    append_only_models = ("ConfirmationEvent", "Vote")

@@ -1,12 +1,13 @@
 """What humans do with held calls, and what the worker does once they approved.
 
 Every transition of a confirmation happens here, in a transaction, with its row locked: two
-reviewers clicking at once, a double submit, or an approval racing the expiry make one decision
-and at most one execution. Each vote, decision and execution is written to the confirmation's
-event log (approvals.models.ConfirmationEvent), which is also where the analytics count the
-decisions from. The decision also settles the held call's idempotency record, so that the agent's
-identical call gets the confirmation's state, its result or its rejection, and never a second
-confirmation for a call that was approved.
+reviewers clicking at once, a double submit, or an approval racing the expiry make one decision and
+at most one execution. The moves are those of dispatch.models.CONFIRMATION_LIFECYCLE, which
+PostgreSQL enforces too (dispatch/store/guards.py). Each vote, decision and execution is written to
+the confirmation's event log (approvals.models.ConfirmationEvent), which is also where the analytics
+count the decisions from. The decision also settles the held call's idempotency record, so that the
+agent's identical call gets the confirmation's state, its result or its rejection, and never a
+second confirmation for a call that was approved.
 """
 
 from __future__ import annotations

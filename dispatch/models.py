@@ -79,8 +79,9 @@ class Policy(models.Model):
         default=24 * 3600, validators=[MinValueValidator(60)]
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # Kept: the application's database role may not update a version (disable a user instead).
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
 
     class Meta:
@@ -208,8 +209,7 @@ class AuditRecord(models.Model):
 
 
 class ConfirmationStatus(models.TextChoices):
-    """pending → approved → executing → executed | failed | unknown;
-    pending → rejected | expired | invalidated."""
+    """Where a held call stands; CONFIRMATION_LIFECYCLE says where it may go from each."""
 
     PENDING = "pending"
     APPROVED = "approved"
@@ -225,14 +225,57 @@ class ConfirmationStatus(models.TextChoices):
     INVALIDATED = "invalidated"
 
 
+# The one declaration of a confirmation's lifecycle: the statuses each may move to. A row may also
+# keep its status while other columns change (a vote's reviewers_required, a lease taken over).
+# On PostgreSQL a trigger rendered from it refuses every other move, whoever asks
+# (dispatch/store/guards.py); approvals.services makes the moves.
+CONFIRMATION_LIFECYCLE: dict[str, frozenset[str]] = {
+    ConfirmationStatus.PENDING: frozenset(
+        {
+            ConfirmationStatus.APPROVED,
+            ConfirmationStatus.REJECTED,
+            ConfirmationStatus.EXPIRED,
+            ConfirmationStatus.INVALIDATED,
+        }
+    ),
+    ConfirmationStatus.APPROVED: frozenset({ConfirmationStatus.EXECUTING}),
+    ConfirmationStatus.EXECUTING: frozenset(
+        {ConfirmationStatus.EXECUTED, ConfirmationStatus.FAILED, ConfirmationStatus.UNKNOWN}
+    ),
+    # A reviewer reconciles it with the system of record.
+    ConfirmationStatus.UNKNOWN: frozenset({ConfirmationStatus.EXECUTED, ConfirmationStatus.FAILED}),
+    ConfirmationStatus.EXECUTED: frozenset(),
+    ConfirmationStatus.FAILED: frozenset(),
+    ConfirmationStatus.REJECTED: frozenset(),
+    ConfirmationStatus.EXPIRED: frozenset(),
+    ConfirmationStatus.INVALIDATED: frozenset(),
+}
+
+# Settled: nothing follows.
 CONFIRMATION_FINAL = frozenset(
-    {
-        ConfirmationStatus.EXECUTED,
-        ConfirmationStatus.FAILED,
-        ConfirmationStatus.REJECTED,
-        ConfirmationStatus.EXPIRED,
-        ConfirmationStatus.INVALIDATED,
-    }
+    status for status, following in CONFIRMATION_LIFECYCLE.items() if not following
+)
+
+# What a held call is, fixed when it is held: what was asked, by whom, for whom, for how much, and
+# what the reviewer was shown. On PostgreSQL the lifecycle's trigger refuses to change them;
+# every other column (the decision, the execution's lease and outcome, and whatever a later
+# release adds) changes as the services need. Its expiry may only come sooner.
+CONFIRMATION_FROZEN = (
+    "id",
+    "key",
+    "tool",
+    "arguments",
+    "arguments_hash",
+    "agent",
+    "session_id",
+    "customer_id",
+    "policy_version",
+    "amount_cents",
+    "currency",
+    "hold_reason",
+    "host_context",
+    "duplicate_of",
+    "created_at",
 )
 
 

@@ -10,6 +10,8 @@ The table is bounded two ways: rows older than TOOLGATE_SECURITY_EVENTS_RETENTIO
 so do all but the newest TOOLGATE_SECURITY_EVENTS_MAX_ROWS. Every PRUNE_EVERY-th write prunes one
 batch, so a flood of refusals cannot grow it past the cap by more than PRUNE_EVERY rows;
 `manage.py prune_security_events` prunes all that is due (for cron, or after lowering a setting).
+On PostgreSQL both go through the prune function, the one way the application's role deletes
+events (dispatch/store/guards.py).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, transaction
+from django.core.exceptions import ImproperlyConfigured
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Max, Q
 from django.http import HttpRequest
 from django.utils import timezone
@@ -35,14 +38,22 @@ from dispatch.auth_failures import (
 )
 from dispatch.client_address import client_address
 from dispatch.models import Agent, CallChannel, SecurityEvent
+from dispatch.store.guards import (
+    PRUNE_FUNCTION,
+    SECURITY_EVENTS_MIN_RETENTION_DAYS,
+    SECURITY_EVENTS_MIN_ROWS,
+    SECURITY_EVENTS_PRUNE_BATCH,
+    SECURITY_EVENTS_PRUNE_MAX_BATCHES,
+)
 
 logger = logging.getLogger(__name__)
 
 RECORDED_STATUSES = frozenset({400, 401, 403, 409, 413, 415, 422, 429})
 
 PRUNE_EVERY = 100
-# Larger than PRUNE_EVERY, so that pruning on write catches up after the cap is lowered.
-PRUNE_BATCH = 1000
+# Larger than PRUNE_EVERY, so that pruning on write catches up after the cap is lowered; the
+# prune function's own on PostgreSQL.
+PRUNE_BATCH = SECURITY_EVENTS_PRUNE_BATCH
 
 _PATH = SecurityEvent._meta.get_field("path").max_length or 200
 _DETAIL = SecurityEvent._meta.get_field("detail").max_length or 200
@@ -167,20 +178,31 @@ def security_event_record(
     return event
 
 
-def security_events_prune(
-    *, now: datetime | None = None, newest: int | None = None, batches: int | None = None
-) -> int:
+def security_events_prune(*, newest: int | None = None, batches: int | None = None) -> int:
     """Delete the events past the retention or beyond the newest rows kept, oldest first, in
-    batches of PRUNE_BATCH (all that are due when `batches` is None); returns how many."""
-    cutoff = (now or timezone.now()) - timedelta(
-        days=settings.TOOLGATE_SECURITY_EVENTS_RETENTION_DAYS
-    )
+    batches of PRUNE_BATCH (all that are due when `batches` is None); returns how many.
+
+    On PostgreSQL the application's role may not delete them itself: it asks the prune function,
+    which runs as the tables' owner, keeps at least the floors whatever it is asked, and counts
+    days by the database's clock (dispatch/store/guards.py)."""
+    keep_days = settings.TOOLGATE_SECURITY_EVENTS_RETENTION_DAYS
+    keep_rows = settings.TOOLGATE_SECURITY_EVENTS_MAX_ROWS
+    if keep_days < SECURITY_EVENTS_MIN_RETENTION_DAYS or keep_rows < SECURITY_EVENTS_MIN_ROWS:
+        raise ImproperlyConfigured(
+            "Security events are kept at least "
+            f"{SECURITY_EVENTS_MIN_RETENTION_DAYS} day(s) (TOOLGATE_SECURITY_EVENTS_RETENTION_DAYS "
+            f"is {keep_days}) and at least the newest {SECURITY_EVENTS_MIN_ROWS} "
+            f"(TOOLGATE_SECURITY_EVENTS_MAX_ROWS is {keep_rows})."
+        )
+    if connection.vendor == "postgresql":
+        return _prune_as_owner(keep_days, keep_rows, batches)
+    cutoff = timezone.now() - timedelta(days=keep_days)
     if newest is None:
         newest = SecurityEvent.objects.aggregate(newest=Max("pk"))["newest"]
         if newest is None:
             return 0
     # Ids only grow, so the rows past the cap are the ids below the newest's minus the cap.
-    due = Q(at__lt=cutoff) | Q(pk__lte=newest - settings.TOOLGATE_SECURITY_EVENTS_MAX_ROWS)
+    due = Q(at__lt=cutoff) | Q(pk__lte=newest - keep_rows)
     deleted = 0
     for _ in range(batches) if batches is not None else itertools.count():
         ids = list(
@@ -192,4 +214,21 @@ def security_events_prune(
             deleted += SecurityEvent.objects.filter(pk__in=ids).delete()[0]
         if len(ids) < PRUNE_BATCH:
             break
+    return deleted
+
+
+def _prune_as_owner(keep_days: int, keep_rows: int, batches: int | None) -> int:
+    deleted = 0
+    left = batches
+    while left is None or left > 0:
+        asked = min(left, SECURITY_EVENTS_PRUNE_MAX_BATCHES) if left is not None else 10
+        # One short transaction a call, so that a long prune never holds its rows for long.
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SELECT {PRUNE_FUNCTION}(%s, %s, %s)", [keep_days, keep_rows, asked])
+            (done,) = cursor.fetchone()
+        deleted += done
+        if done < asked * PRUNE_BATCH:
+            break
+        if left is not None:
+            left -= asked
     return deleted

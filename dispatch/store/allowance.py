@@ -105,6 +105,84 @@ _RELEASE = """
     WHERE key = %(key)s AND released_at IS NULL
 """
 
+# The reservations' protocol: the only statements the application runs on dispatch_movement, and
+# what each may do to a row. The customer's sum is what stops money moving past a limit, so
+# what must never happen is money leaving it that did not leave it by the protocol.
+#
+#   INSERT           a reservation, as moved without a human ('policy') under the call's key, or
+#                    as held ('held', until its confirmation's expiry) under the confirmation's
+#                    execution key (_RESERVE); 'reviewer' by dispatch.held_money_executed when
+#                    the held row is missing.
+#   UPDATE, release  released_at set on a live row, nothing else (_RELEASE; held_money_released):
+#                    the call moved nothing, or the held call was rejected, expired, invalidated
+#                    or failed. Money moved with a reviewer ('reviewer') is never released.
+#   UPDATE, again    a released row reserved anew under its key (_RESERVE's ON CONFLICT); a live
+#                    row reserved again by the same call: same approval and amount, not earlier.
+#   UPDATE, decided  held → approved, no expiry (held_money_approved); approved → reviewer, at the
+#                    execution's end (held_money_executed).
+#   UPDATE, expiry   held money's expiry moved sooner (it may be released anyway).
+#   DELETE           never.
+#
+# A row's key, customer, currency, tool and subject never change; while it is live neither do its
+# agent, session, amount or confirmation, its time never moves back, and its day is its time's
+# UTC day. On PostgreSQL the trigger below refuses every other UPDATE and every DELETE, whoever
+# asks (installed by dispatch/store/guards.py); `db_roles` grants the application role no DELETE.
+MOVEMENT_PROTOCOL = """
+CREATE OR REPLACE FUNCTION {function}() RETURNS trigger AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        RAISE EXCEPTION 'a reservation of money is never deleted (%)', OLD.key
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF (NEW.key, NEW.customer_id, NEW.currency, NEW.tool, NEW.subject)
+            IS DISTINCT FROM (OLD.key, OLD.customer_id, OLD.currency, OLD.tool, OLD.subject) THEN
+        RAISE EXCEPTION
+            'a reservation''s key, customer, currency, tool and subject never change (%)', OLD.key
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF NEW.day IS DISTINCT FROM (NEW.at AT TIME ZONE 'UTC')::date
+            AND (NEW.day, NEW.at) IS DISTINCT FROM (OLD.day, OLD.at) THEN
+        RAISE EXCEPTION 'a reservation''s day is its time''s UTC day (%)', OLD.key
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF OLD.released_at IS NOT NULL THEN
+        IF NEW.released_at IS NULL THEN
+            RETURN NEW;  -- reserved anew under its key
+        END IF;
+        RAISE EXCEPTION 'a released reservation changes only by being reserved anew (%)', OLD.key
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF (NEW.agent_id, NEW.session_id, NEW.amount_cents, NEW.confirmation_id)
+            IS DISTINCT FROM (OLD.agent_id, OLD.session_id, OLD.amount_cents, OLD.confirmation_id)
+            OR NEW.at < OLD.at THEN
+        RAISE EXCEPTION 'a live reservation keeps its agent, session, amount and confirmation, '
+            'and its time never moves back (%)', OLD.key
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF NEW.released_at IS NOT NULL THEN
+        IF OLD.approval <> 'reviewer' AND NEW.approval = OLD.approval AND NEW.at = OLD.at
+                AND NEW.expires_at IS NOT DISTINCT FROM OLD.expires_at THEN
+            RETURN NEW;  -- released
+        END IF;
+    ELSIF NEW.approval = OLD.approval THEN
+        IF OLD.approval = 'held' AND NEW.expires_at <= OLD.expires_at THEN
+            RETURN NEW;  -- reserved again, or its expiry sooner
+        END IF;
+        IF OLD.approval = 'policy' AND NEW.expires_at IS NULL AND OLD.expires_at IS NULL THEN
+            RETURN NEW;  -- reserved again by the same call
+        END IF;
+    ELSIF NEW.expires_at IS NULL AND (OLD.approval, NEW.approval) IN (
+            ('held', 'approved'), ('approved', 'reviewer')) THEN
+        RETURN NEW;  -- decided
+    END IF;
+    RAISE EXCEPTION 'a reservation of money does not move from % to % (%)',
+        OLD.approval || CASE WHEN OLD.released_at IS NULL THEN '' ELSE ', released' END,
+        NEW.approval || CASE WHEN NEW.released_at IS NULL THEN '' ELSE ', released' END, OLD.key
+        USING ERRCODE = 'insufficient_privilege';
+END;
+$$ LANGUAGE plpgsql;
+"""
+
 Judge = Callable[[AllowanceHistory], HoldReason | None]
 
 

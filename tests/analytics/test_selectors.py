@@ -29,7 +29,7 @@ from approvals.services import confirmation_expire, confirmation_reject
 from dispatch.models import Agent, Confirmation
 from dispatch.pipeline.what_if import AUTO_EXECUTED, TWO_REVIEWERS, Tally, draft_of
 from dispatch.services import _pipeline, call_dispatch
-from tests.conftest import MakeAgent
+from tests.conftest import MakeAgent, confirmation_rewrite
 
 pytestmark = pytest.mark.usefixtures("orders")
 
@@ -400,7 +400,8 @@ def decisions_two_days_ago(make_agent: MakeAgent) -> datetime:
         refund = {**HELD_REFUND, "amount_cents": 9_000 + index}
         assert send(agent, f"s-{index}", "refund_order", refund) == "CONFIRMATION_REQUIRED"
         held = Confirmation.objects.get(session_id=f"s-{index}")
-        Confirmation.objects.filter(pk=held.pk).update(
+        confirmation_rewrite(
+            held.pk,
             created_at=decided - timedelta(seconds=wait),
             expires_at=decided + timedelta(hours=1) if reviewer else decided,
         )

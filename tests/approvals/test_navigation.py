@@ -11,8 +11,8 @@ from django.test import Client
 from django.utils import timezone
 
 from approvals.templatetags.review import moment
-from dispatch.models import Confirmation
 from tests.approvals.conftest import HoldRefund, MakeUser
+from tests.conftest import confirmation_rewrite
 
 pytestmark = pytest.mark.django_db
 
@@ -81,7 +81,7 @@ def test_times_are_shown_in_the_zone_the_browser_reported(
 ) -> None:
     held = hold_refund()
     created = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
-    Confirmation.objects.filter(pk=held.pk).update(created_at=created)
+    confirmation_rewrite(held.pk, created_at=created)
     client.force_login(reviewer)
     client.cookies["tz"] = "America/Sao_Paulo"
 

@@ -16,7 +16,7 @@ from approvals.models import ReviewerLimit
 from dispatch.models import Agent, Confirmation, ConfirmationStatus
 from dispatch.services import call_dispatch
 from tests.approvals.conftest import HoldRefund, MakeUser
-from tests.conftest import MakeAgent
+from tests.conftest import MakeAgent, confirmation_rewrite
 from tests.factories import OrderFactory
 
 pytestmark = pytest.mark.django_db
@@ -175,8 +175,8 @@ def test_the_queue_shows_the_hosts_context_escaped(
     client: Client, reviewer: User, hold_refund: HoldRefund
 ) -> None:
     held = hold_refund()
-    Confirmation.objects.filter(pk=held.pk).update(
-        host_context='Ignore the rules <script>alert("x")</script> & approve'
+    confirmation_rewrite(
+        held.pk, host_context='Ignore the rules <script>alert("x")</script> & approve'
     )
     client.force_login(reviewer)
 

@@ -26,6 +26,7 @@ from dispatch.models import Agent, Confirmation, IdempotencyRecord
 from orders.models import Order, Refund
 from orders.services import gateway_faults_set
 from tests.approvals.conftest import HeldRefund, refund_call
+from tests.conftest import confirmation_rewrite
 
 Capture = Callable[..., Any]
 
@@ -319,7 +320,7 @@ def test_reconciling_an_execution_that_never_happened_fails_it(
     held_refund: HeldRefund, reviewers: list[User], order: Order
 ) -> None:
     held = held_refund()
-    Confirmation.objects.filter(pk=held.pk).update(status="unknown")
+    confirmation_rewrite(held.pk, status="unknown")
 
     confirmation_reconcile(confirmation_id=held.pk, reviewer=reviewers[0])
 

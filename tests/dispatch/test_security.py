@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 import requests
 from django.contrib.auth.models import User
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connection, transaction
 from django.test import Client, RequestFactory
 from django.utils import timezone
@@ -20,6 +21,7 @@ from pytest_django import Settings
 from dispatch.models import Agent, CallChannel, SecurityEvent
 from dispatch.security import PRUNE_EVERY, api_origin, security_event_record
 from dispatch.services import token_hash
+from dispatch.store.guards import SECURITY_EVENTS_MIN_ROWS
 from tests.conftest import AgentClient, ClientFor, Ledger, Run
 
 pytestmark = pytest.mark.usefixtures("orders")
@@ -216,26 +218,34 @@ def _record(n: int) -> list[SecurityEvent | None]:
     ]
 
 
+def _old_events(count: int) -> list[int]:
+    """Events written before the test's, in bulk: the caps kept are at least the floor's rows."""
+    made = SecurityEvent.objects.bulk_create(
+        SecurityEvent(at=timezone.now(), method="POST", path="/", status=401, reason="x")
+        for _ in range(count)
+    )
+    return [event.pk for event in made]
+
+
 def test_writes_keep_the_table_within_its_cap(settings: Settings) -> None:
-    settings.TOOLGATE_SECURITY_EVENTS_MAX_ROWS = 10
+    settings.TOOLGATE_SECURITY_EVENTS_MAX_ROWS = SECURITY_EVENTS_MIN_ROWS
+    oldest = _old_events(SECURITY_EVENTS_MIN_ROWS)[0]
 
     events = _record(2 * PRUNE_EVERY + 5)
 
     assert all(event is not None for event in events)
     kept = SecurityEvent.objects.count()
-    assert kept < 10 + PRUNE_EVERY
-    newest, oldest = events[-1], events[0]
-    assert newest is not None and oldest is not None
+    assert kept < SECURITY_EVENTS_MIN_ROWS + PRUNE_EVERY
+    newest = events[-1]
+    assert newest is not None
     assert SecurityEvent.objects.filter(pk=newest.pk).exists()
-    assert not SecurityEvent.objects.filter(pk=oldest.pk).exists()
+    assert not SecurityEvent.objects.filter(pk=oldest).exists()
 
 
 def test_the_prune_command_deletes_events_past_their_retention(
     run: Run, settings: Settings
 ) -> None:
     settings.TOOLGATE_SECURITY_EVENTS_RETENTION_DAYS = 30
-    old = _record(3)
-    SecurityEvent.objects.filter(pk__in=[e.pk for e in old if e]).delete()
     now = timezone.now()
     for days in (31, 45, 400):
         SecurityEvent.objects.create(
@@ -252,13 +262,29 @@ def test_the_prune_command_deletes_events_past_their_retention(
 
 
 def test_the_prune_command_applies_a_lowered_cap(run: Run, settings: Settings) -> None:
-    events = _record(30)
-    settings.TOOLGATE_SECURITY_EVENTS_MAX_ROWS = 5
+    events = _old_events(SECURITY_EVENTS_MIN_ROWS + 30)
+    settings.TOOLGATE_SECURITY_EVENTS_MAX_ROWS = SECURITY_EVENTS_MIN_ROWS
 
     run("prune_security_events")
 
     kept = sorted(SecurityEvent.objects.values_list("pk", flat=True))
-    assert kept == [e.pk for e in events[-5:] if e]
+    assert kept == events[30:]
+
+
+@pytest.mark.parametrize(
+    ("days", "rows"), [(0, SECURITY_EVENTS_MIN_ROWS), (30, SECURITY_EVENTS_MIN_ROWS - 1)]
+)
+def test_settings_below_the_floors_prune_nothing_and_say_so(
+    run: Run, settings: Settings, days: int, rows: int
+) -> None:
+    events = _old_events(SECURITY_EVENTS_MIN_ROWS + 5)
+    settings.TOOLGATE_SECURITY_EVENTS_RETENTION_DAYS = days
+    settings.TOOLGATE_SECURITY_EVENTS_MAX_ROWS = rows
+
+    with pytest.raises(ImproperlyConfigured, match="kept at least"):
+        run("prune_security_events")
+
+    assert SecurityEvent.objects.count() == len(events)
 
 
 def test_a_security_event_is_never_updated_on_postgresql() -> None:

@@ -18,7 +18,7 @@ from pytest_django.fixtures import Settings
 
 from dispatch.models import Confirmation, ConfirmationStatus
 from tests.approvals.goodwill import GOODWILL_TOOLS, GoodwillDesk, goodwill_registered, opened_desk
-from tests.conftest import AgentClient, ClientFor, Ledger, MakeAgent
+from tests.conftest import AgentClient, ClientFor, Ledger, MakeAgent, confirmation_rewrite
 from tests.e2e.conftest import MakeBrowserUser, OpenTab
 from tests.factories import OrderFactory
 
@@ -43,12 +43,10 @@ def test_every_page_is_accessible_and_logs_no_error(
     held(api.refund(25_000, order_id="ORD-3001", session="chat-2"))
     expired = held(api.refund(7_000, session="chat-3"))
     unknown = held(api.refund(8_000, session="chat-4"))
-    Confirmation.objects.filter(pk=pending).update(host_context="The parcel was <b>soaked</b>.")
+    confirmation_rewrite(pending, host_context="The parcel was <b>soaked</b>.")
     Confirmation.objects.filter(pk=expired).update(expires_at=timezone.now() - timedelta(1))
     # An execution whose outcome was lost, as the worker leaves it.
-    Confirmation.objects.filter(pk=unknown).update(
-        status=ConfirmationStatus.UNKNOWN, decided_at=timezone.now()
-    )
+    confirmation_rewrite(unknown, status=ConfirmationStatus.UNKNOWN, decided_at=timezone.now())
 
     anonymous = open_tab()
     for path in ("/", "/accounts/login/"):

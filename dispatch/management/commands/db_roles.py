@@ -13,27 +13,43 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 from psycopg import sql
 
+from dispatch.store.guards import PRUNE_FUNCTION
+
 # What the application does to ordinary tables. Never TRUNCATE, REFERENCES or TRIGGER, and no
 # ownership: only the owner can alter a table or switch its triggers off.
 TABLE_PRIVILEGES = sql.SQL("SELECT, INSERT, UPDATE, DELETE")
 SEQUENCE_PRIVILEGES = sql.SQL("USAGE, SELECT")
 # Rows that, once written, stay: the application inserts and reads them.
 APPEND_ONLY_REVOKED = sql.SQL("UPDATE, DELETE")
+# Rows that are never deleted; their updates are bounded by triggers (dispatch/store/guards.py).
+KEPT_REVOKED = sql.SQL("DELETE")
+# What the application runs as the tables' owner: the bounded prune of security events.
+FUNCTIONS = (f"{PRUNE_FUNCTION}(integer, bigint, integer)",)
+
+
+def _tables(declaration: str) -> list[str]:
+    tables = []
+    for config in apps.get_app_configs():
+        for name in getattr(config, declaration, ()):
+            tables.append(config.get_model(name)._meta.db_table)
+    return sorted(tables)
 
 
 def append_only_tables() -> list[str]:
     """The tables of the models each app names in its AppConfig's `append_only_models`."""
-    tables = []
-    for config in apps.get_app_configs():
-        for name in getattr(config, "append_only_models", ()):
-            tables.append(config.get_model(name)._meta.db_table)
-    return sorted(tables)
+    return _tables("append_only_models")
+
+
+def kept_tables() -> list[str]:
+    """The tables of the models each app names in its AppConfig's `kept_models`."""
+    return _tables("kept_models")
 
 
 class Command(BaseCommand):
     help = (
         "Grant the application's database role least privileges on this database (PostgreSQL): "
-        "no UPDATE or DELETE on the append-only tables, no TRUNCATE, no ownership. Run it as "
+        "no UPDATE or DELETE on the append-only tables, no DELETE on the kept ones, no "
+        "TRUNCATE, no ownership, EXECUTE on the bounded prune function. Run it as "
         "the tables' owner after every migrate; it is safe to run again."
     )
 
@@ -80,11 +96,11 @@ class Command(BaseCommand):
         problems = self._problems(app_role=app_role, owner_role=owner_role, schema=schema)
         if problems:
             raise CommandError(
-                f"{app_role} can do more than the application needs:\n- " + "\n- ".join(problems)
+                f"{app_role} is not as the application needs it:\n- " + "\n- ".join(problems)
             )
         self.stdout.write(
             f"{app_role}: no UPDATE, DELETE or TRUNCATE on {', '.join(append_only_tables())}; "
-            "owns nothing; cannot create in the schema"
+            f"no DELETE on {', '.join(kept_tables())}; owns nothing; cannot create in the schema"
         )
 
     def _require_roles(self, *roles: str) -> None:
@@ -100,6 +116,8 @@ class Command(BaseCommand):
         space = sql.Identifier(schema)
         database = sql.Identifier(connection.settings_dict["NAME"])
         append_only = sql.SQL(", ").join(sql.Identifier(t) for t in append_only_tables())
+        kept = sql.SQL(", ").join(sql.Identifier(t) for t in kept_tables())
+        functions = sql.SQL(", ").join(sql.SQL(f) for f in FUNCTIONS)
         statements = [
             sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(database, app),
             sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(space, app),
@@ -109,6 +127,9 @@ class Command(BaseCommand):
                 TABLE_PRIVILEGES, space, app
             ),
             sql.SQL("REVOKE {} ON {} FROM {}").format(APPEND_ONLY_REVOKED, append_only, app),
+            sql.SQL("REVOKE {} ON {} FROM {}").format(KEPT_REVOKED, kept, app),
+            sql.SQL("REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {} FROM {}").format(space, app),
+            sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(functions, app),
             sql.SQL("REVOKE ALL ON ALL SEQUENCES IN SCHEMA {} FROM {}").format(space, app),
             sql.SQL("GRANT {} ON ALL SEQUENCES IN SCHEMA {} TO {}").format(
                 SEQUENCE_PRIVILEGES, space, app
@@ -173,4 +194,27 @@ class Command(BaseCommand):
                     [app_role, connection.ops.quote_name(table)],
                 )
                 problems += [f"it has {what} on {table}" for (what,) in cursor.fetchall()]
+            for table in kept_tables():
+                cursor.execute(
+                    "SELECT has_table_privilege(%s, %s::regclass, 'DELETE')",
+                    [app_role, connection.ops.quote_name(table)],
+                )
+                if cursor.fetchone()[0]:
+                    problems.append(f"it has DELETE on {table}")
+            for function in FUNCTIONS:
+                cursor.execute(
+                    "SELECT p.prosecdef, pg_has_role(%s, p.proowner, 'MEMBER'), "
+                    "has_function_privilege(%s, p.oid, 'EXECUTE') "
+                    "FROM pg_proc p WHERE p.oid = to_regprocedure(%s)",
+                    [app_role, app_role, function],
+                )
+                found = cursor.fetchone()
+                if found is None:
+                    problems.append(f"{function} is missing (run migrate)")
+                    continue
+                definer, owns, executes = found
+                if not definer or owns:
+                    problems.append(f"{function} does not run as the tables' owner")
+                if not executes:
+                    problems.append(f"it cannot run {function}, which prunes security events")
         return problems
