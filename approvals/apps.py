@@ -6,3 +6,10 @@ class ApprovalsConfig(AppConfig):
     name = "approvals"
     # The application's database role may only INSERT and SELECT these (manage.py db_roles).
     append_only_models = ("ConfirmationEvent",)
+
+    def ready(self) -> None:
+        # The event log is chained: sealed and verified with the audit records.
+        from approvals.chains import confirmation_events
+        from dispatch.audit import chain_source_register
+
+        chain_source_register(confirmation_events)

@@ -5,7 +5,7 @@ class DispatchConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "dispatch"
     # Written once, never changed: `db_roles` grants the application's role no UPDATE or DELETE.
-    append_only_models = ("AuditRecord",)
+    append_only_models = ("AuditRecord", "AuditSeal")
 
     def ready(self) -> None:
         # Imported here: the tool reads models, which need the app registry ready.
