@@ -27,6 +27,7 @@ def _chain_existing(  # type: ignore[no-untyped-def]
     heads: dict[tuple[object, ...], tuple[int, str]] = {}
     with connection.cursor() as cursor:
         if postgresql:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
             cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
         last = 0
         while True:
