@@ -160,7 +160,9 @@ def test_it_names_the_gap_of_a_record_the_owner_deleted(audited: Agent) -> None:
 
 
 def test_it_names_a_record_the_owner_inserted(audited: Agent) -> None:
-    copied = AuditRecord.objects.filter(pk=chain(audited)[1].pk).values().get()
+    copied: dict[str, Any] = dict(
+        AuditRecord.objects.filter(pk=chain(audited)[1].pk).values().get()
+    )
     copied.pop("id")
     with as_owner("dispatch_auditrecord"):
         inserted = AuditRecord.objects.create(
@@ -174,7 +176,9 @@ def test_it_names_a_record_the_owner_inserted(audited: Agent) -> None:
 
 
 def test_a_record_inserted_outside_any_chain_is_named(audited: Agent) -> None:
-    copied = AuditRecord.objects.filter(pk=chain(audited, "s-2")[0].pk).values().get()
+    copied: dict[str, Any] = dict(
+        AuditRecord.objects.filter(pk=chain(audited, "s-2")[0].pk).values().get()
+    )
     copied.pop("id")
     inserted = AuditRecord.objects.create(
         **{**copied, "call_id": "e" * 32, "chain_seq": None, "chain_hash": ""}

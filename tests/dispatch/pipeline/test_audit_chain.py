@@ -29,10 +29,18 @@ def chained(*fields: dict[str, Any]) -> list[Link]:
     return links
 
 
-def findings(
-    links: list[Link], head: tuple[int, str] | None, sealed: tuple[int, str] | None = None
-) -> list[Finding]:
-    return [item for item in verify_chain(CHAIN, links, head, sealed) if isinstance(item, Finding)]
+Tip = tuple[int, str | None]
+
+
+def findings(links: list[Link], head: Tip | None, sealed: Tip | None = None) -> list[Finding]:
+    def pair(tip: Tip | None) -> tuple[int, str] | None:
+        return None if tip is None else (tip[0], tip[1] or "")
+
+    return [
+        item
+        for item in verify_chain(CHAIN, links, pair(head), pair(sealed))
+        if isinstance(item, Finding)
+    ]
 
 
 ROWS = [{"code": "OK", "n": n} for n in range(5)]
