@@ -3,6 +3,9 @@ an event the database's owner changed or deleted."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 from collections.abc import Callable
 from io import StringIO
 from pathlib import Path
@@ -17,7 +20,7 @@ from approvals.models import ConfirmationEvent
 from approvals.services import confirmation_approve, confirmation_reject
 from dispatch.audit import audit_seal
 from dispatch.models import Confirmation
-from tests.approvals.conftest import HeldRefund
+from tests.approvals.conftest import HeldRefund, WebhookReceiver
 
 Capture = Callable[..., Any]
 
@@ -120,3 +123,33 @@ def test_the_last_event_deleted_is_found_by_the_head_and_by_the_seal(
     assert alone == 0
     assert by_seal == 1
     assert f"REMOVED events:{held.pk} seq 4 (no record): sealed at seq 4" in out
+
+
+def test_a_seal_is_posted_signed_and_a_failing_sink_leaves_the_others(
+    held_refund: HeldRefund,
+    reviewers: list[User],
+    settings: Settings,
+    tmp_path: Path,
+    webhook_receiver: WebhookReceiver,
+    django_capture_on_commit_callbacks: Capture,
+) -> None:
+    seals = tmp_path / "seals.jsonl"
+    webhook_receiver.answers.append(500)
+    settings.TOOLGATE_AUDIT_SEAL_WEBHOOK_SECRET = "seal-secret"
+    settings.TOOLGATE_AUDIT_SEAL_SINKS = [webhook_receiver.url, f"file:{seals}"]
+    held, _ = executed(held_refund, reviewers, django_capture_on_commit_callbacks)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        failed = audit_seal()
+    with django_capture_on_commit_callbacks(execute=True):
+        sent = audit_seal()
+
+    first, second = webhook_receiver.wait_for(2)
+    assert [json.loads(line)["seal"] for line in seals.read_text().splitlines()] == [1, 2]
+    assert json.loads(first.body)["hash"] == failed.hash
+    body = json.loads(second.body)
+    assert body["hash"] == sent.hash
+    assert [f"events:{held.pk}", 4, held.event_head] in body["heads"]
+    stamp = second.headers["Toolgate-Signature"].split(",")[0].removeprefix("t=")
+    digest = hmac.new(b"seal-secret", f"{stamp}.".encode() + second.body, hashlib.sha256)
+    assert second.headers["Toolgate-Signature"] == f"t={stamp},v1={digest.hexdigest()}"
