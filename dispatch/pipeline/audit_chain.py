@@ -68,11 +68,19 @@ def event_chain(confirmation_id: str) -> str:
 def _plain(value: Any) -> Any:
     """A value as it reads back from any database: datetimes in UTC to the microsecond, integral
     floats as integers (PostgreSQL's jsonb gives 1e20 back as 100000000000000000000)."""
+    kind = type(value)
+    # The exact types first: this runs on every field of every call.
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        return int(value) if value.is_integer() else value
+    if kind is dict:
+        return {str(key): _plain(item) for key, item in value.items()}
     if isinstance(value, datetime):
         moment = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
         return moment.astimezone(UTC).isoformat(timespec="microseconds")
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
     if isinstance(value, Mapping):
         return {str(key): _plain(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
