@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.core.management import CommandError, call_command
 from django.db import connection, connections, transaction
 from django.db.backends.utils import CursorWrapper
 from pytest_django import Settings
 
+from dispatch import tasks
 from dispatch.audit import audit_seal
 from dispatch.models import Agent, AuditRecord, AuditSeal, Session
 from dispatch.pipeline.audit_chain import AUDIT_FIELDS, GENESIS, audit_chain, covered, link_hash
@@ -412,3 +414,15 @@ def test_a_call_never_waits_on_another_sessions_chain(
     assert s_a_while_held == 1
     assert [record.chain_seq for record in chain(agent, "s-B")] == [1, 2]
     assert [record.chain_seq for record in chain(agent, "s-A")] == [1, 2]
+
+
+def test_beat_seals_every_five_minutes_through_its_task(
+    audited: Agent, django_capture_on_commit_callbacks: Capture
+) -> None:
+    entry = django_settings.CELERY_BEAT_SCHEDULE["seal-audit"]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        number = tasks.audit_seal_task.delay().get()
+
+    assert (entry["task"], entry["schedule"]) == ("dispatch.tasks.audit_seal_task", 300.0)
+    assert number == AuditSeal.objects.get().number == 1
