@@ -7,3 +7,10 @@ class ApprovalsConfig(AppConfig):
     # The application's database role may only INSERT and SELECT these (manage.py db_roles).
     # A vote, once cast, stays; so does every event of a confirmation's log.
     append_only_models = ("ConfirmationEvent", "Vote")
+
+    def ready(self) -> None:
+        # The event log is chained: sealed and verified with the audit records.
+        from approvals.chains import confirmation_events
+        from dispatch.audit import chain_source_register
+
+        chain_source_register(confirmation_events)

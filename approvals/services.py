@@ -42,6 +42,7 @@ from dispatch.held_money import (
 from dispatch.models import Agent, Confirmation, ConfirmationStatus
 from dispatch.pipeline import codes
 from dispatch.pipeline.allowance import HeldSum
+from dispatch.pipeline.audit_chain import event_chain, link_hash
 from dispatch.pipeline.engine import Refusal, RetryPolicy, execute_with_retries, recheck
 from dispatch.pipeline.results import CallResult, make_result
 from dispatch.pipeline.state import KeyStatus
@@ -679,15 +680,41 @@ def _event(
     message: str = "",
     data: Mapping[str, Any] | None = None,
 ) -> None:
-    ConfirmationEvent.objects.create(
-        confirmation=confirmation,
-        at=at,
-        kind=kind,
-        actor=actor,
-        actor_label=actor.get_username() if actor is not None else _label(kind),
-        message=message,
-        data=dict(data or {}),
-    )
+    """Append an event to the confirmation's log, as the next link of its chain: the head on the
+    confirmation's row moves to it in the same transaction (compare-and-set; a decision holds the
+    row's lock already, a worker's event may meet another's and links again)."""
+    fields = {
+        "confirmation_id": confirmation.pk,
+        "at": at,
+        "kind": kind,
+        "actor_id": actor.pk if actor is not None else None,
+        "actor_label": actor.get_username() if actor is not None else _label(kind),
+        "message": message,
+        "data": dict(data or {}),
+    }
+    chain = event_chain(confirmation.pk)
+    seq, previous = confirmation.event_seq, confirmation.event_head
+    with transaction.atomic(savepoint=False):
+        for _ in range(_LINK_TRIES):
+            linked = link_hash(chain=chain, seq=seq + 1, previous=previous, fields=fields)
+            moved = Confirmation.objects.filter(pk=confirmation.pk, event_seq=seq).update(
+                event_seq=seq + 1, event_head=linked
+            )
+            if moved:
+                break
+            seq, previous = (
+                Confirmation.objects.filter(pk=confirmation.pk)
+                .values_list("event_seq", "event_head")
+                .get()
+            )
+        else:  # pragma: no cover - as many events as tries, all at once, on one confirmation
+            raise RuntimeError(f"the event chain of {confirmation.pk} would not settle")
+        ConfirmationEvent.objects.create(**fields, chain_seq=seq + 1, chain_hash=linked)
+    confirmation.event_seq, confirmation.event_head = seq + 1, linked
+
+
+# Each failed try means another event of the confirmation was appended in between.
+_LINK_TRIES = 20
 
 
 def _label(kind: str) -> str:

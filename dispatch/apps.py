@@ -7,7 +7,7 @@ class DispatchConfig(AppConfig):
     # Written once, never changed: `db_roles` grants the application's role no UPDATE or DELETE.
     # A policy changes by a new version; security events go only through the bounded prune
     # function (dispatch/store/guards.py).
-    append_only_models = ("AuditRecord", "Policy", "SecurityEvent")
+    append_only_models = ("AuditRecord", "AuditSeal", "Policy", "SecurityEvent")
     # Never deleted (no DELETE); updated only as their lifecycle's or protocol's trigger allows.
     kept_models = ("Confirmation", "Movement")
 

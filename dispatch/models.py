@@ -132,6 +132,10 @@ class Session(models.Model):
     steps = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     last_call_at = models.DateTimeField(null=True, blank=True)
+    # The head of the session's audit chain (dispatch/pipeline/audit_chain.py): the sequence
+    # number and hash of its last audit record; moved with each record, in its statement.
+    audit_seq = models.PositiveBigIntegerField(default=0)
+    audit_head = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         constraints = [
@@ -196,6 +200,9 @@ class AuditRecord(models.Model):
     policy_version = models.PositiveIntegerField()
     duration_ms = models.FloatField()
     channel = models.CharField(max_length=8, choices=CallChannel.choices, default=CallChannel.API)
+    # Its link in its session's chain (dispatch/pipeline/audit_chain.py): its place and hash.
+    chain_seq = models.PositiveBigIntegerField(null=True, blank=True)
+    chain_hash = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["at", "id"]
@@ -322,6 +329,10 @@ class Confirmation(models.Model):
     # A possible duplicate: the key of the money it may repeat (dispatch.models.Movement), held,
     # approved or executed in another conversation. Approving it takes a reviewer's explicit word.
     duplicate_of = models.CharField(max_length=64, blank=True, default="")
+    # The head of its event log's chain (approvals.models.ConfirmationEvent), moved with each
+    # event under the row's lock.
+    event_seq = models.PositiveBigIntegerField(default=0)
+    event_head = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["created_at"]
@@ -463,3 +474,22 @@ class HostIdempotencyKey(models.Model):
     def __str__(self) -> str:
         state = "answered" if self.completed_at else "unfinished" if self.unfinished else "running"
         return f"{self.agent_id} {self.key[:32]} ({state})"
+
+
+class AuditSeal(models.Model):
+    """The heads of the audit chains that moved, hashed into one, after the previous seal
+    (dispatch/audit.py). Also written out where the database's owner cannot rewrite it: this row
+    only links the next seal to it."""
+
+    number = models.PositiveBigIntegerField(unique=True)
+    at = models.DateTimeField()
+    previous = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+    # [[chain, seq, hash], ...], sorted.
+    heads = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["number"]
+
+    def __str__(self) -> str:
+        return f"seal {self.number} ({len(self.heads)} chains)"

@@ -27,6 +27,7 @@ from dispatch.pipeline.allowance import (
     Movement,
     execution_key,
 )
+from dispatch.pipeline.audit_chain import Head, audit_chain, link_hash
 
 
 class SessionConflict(Exception):
@@ -270,6 +271,10 @@ class InMemoryState:
     keys: dict[str, _KeyRecord] = field(default_factory=dict)
     confirmations: dict[str, PendingConfirmation] = field(default_factory=dict)
     audit: list[AuditEntry] = field(default_factory=list)
+    # Each record's link in its session's chain, in the order of `audit`, and the chains' heads
+    # (dispatch/pipeline/audit_chain.py), as the database store keeps them.
+    links: list[Head] = field(default_factory=list)
+    heads: dict[tuple[str, str], Head] = field(default_factory=dict)
     # Reserved money by key (moved, or held for a human), with its customer and currency; released
     # ones are dropped. Indexed by customer and currency, and what moved without a human summed by
     # agent, currency and day, as a database would.
@@ -362,6 +367,16 @@ class InMemoryState:
         with self._lock:
             if settlement is not None:
                 self._settle(settlement)
+            chain = audit_chain(entry.agent_id, entry.session_id)
+            _, seq, previous = self.heads.get((entry.agent_id, entry.session_id), (chain, 0, ""))
+            fields = entry._asdict()
+            link = Head(
+                chain,
+                seq + 1,
+                link_hash(chain=chain, seq=seq + 1, previous=previous, fields=fields),
+            )
+            self.heads[entry.agent_id, entry.session_id] = link
+            self.links.append(link)
             self.audit.append(entry)
 
     def reserve_allowance(

@@ -56,8 +56,10 @@ class Backend(Protocol):
 
     def end_call(
         self, cursor: CursorWrapper, settle: Mapping[str, Any] | None, audit: Mapping[str, Any]
-    ) -> None:
-        """Settle the key (if any) and append the audit record, in the call's last request."""
+    ) -> bool:
+        """Settle the key (if any), move the session's audit head and append the audit record, in
+        the call's last request. False: the head had moved on, and no record was appended
+        (sql.HEAD_MOVE)."""
         ...
 
 
@@ -99,11 +101,12 @@ class PostgreSQL:
 
     def end_call(
         self, cursor: CursorWrapper, settle: Mapping[str, Any] | None, audit: Mapping[str, Any]
-    ) -> None:
+    ) -> bool:
         if settle is None:
-            cursor.execute(sql.AUDIT, audit)
+            cursor.execute(sql.END_POSTGRESQL, audit)
         else:
             cursor.execute(sql.END_WITH_SETTLE_POSTGRESQL, {**settle, **audit})
+        return bool(cursor.rowcount == 1)
 
 
 def _commits_on_its_own() -> bool:
@@ -149,13 +152,18 @@ class SQLite:
 
     def end_call(
         self, cursor: CursorWrapper, settle: Mapping[str, Any] | None, audit: Mapping[str, Any]
-    ) -> None:
+    ) -> bool:
         if settle is not None:
             cursor.execute(sql.SETTLE, settle)
+        cursor.execute(sql.HEAD_MOVE, only(audit, *_HEAD_PARAMS))
+        if cursor.rowcount != 1:
+            return False
         cursor.execute(sql.AUDIT, audit)
+        return True
 
 
 _STEP_PARAMS = ("agent_id", "session_id", "customer_id", "now")
+_HEAD_PARAMS = ("agent_id", "session_id", "chain_seq", "chain_hash")
 CLAIM_PARAMS = ("key", "agent_id", "session_id", "tool", "new_status", "count", "now")
 
 

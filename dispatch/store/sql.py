@@ -8,15 +8,16 @@ from __future__ import annotations
 
 # The first call of a session binds it to its customer, every other counts a step. No row comes
 # back when the session is bound to another customer. A twin of a first call waits on the other's
-# insert, then counts its own step.
+# insert, then counts its own step. The head of the session's audit chain comes back with it: the
+# call's record links to it (AUDIT).
 STEP = """
     INSERT INTO dispatch_session AS session
-        (agent_id, session_id, customer_id, steps, created_at, last_call_at)
-    VALUES (%(agent_id)s, %(session_id)s, %(customer_id)s, 1, %(now)s, %(now)s)
+        (agent_id, session_id, customer_id, steps, created_at, last_call_at, audit_seq, audit_head)
+    VALUES (%(agent_id)s, %(session_id)s, %(customer_id)s, 1, %(now)s, %(now)s, 0, '')
     ON CONFLICT (agent_id, session_id) DO UPDATE
         SET steps = session.steps + 1, last_call_at = excluded.last_call_at
         WHERE session.customer_id = excluded.customer_id
-    RETURNING steps
+    RETURNING steps, audit_seq, audit_head
 """
 
 # A key seen for the first time is inserted in the status its decision gives it (a write's is in
@@ -46,14 +47,43 @@ SETTLE = """
     WHERE key = %(settled_key)s
 """
 
-AUDIT = """
+# The audit record is the next link of its session's chain (dispatch/pipeline/audit_chain.py):
+# the session's head moves to it only from the link it was computed after, compare-and-set. Inside
+# a write's transaction the session's row is locked from the call's first statement, so it always
+# does; a read's opening commits on its own, and a read of the same session that recorded in
+# between makes the move find no row: the record is not written, and the store links it again.
+HEAD_MOVE = """
+    UPDATE dispatch_session SET audit_seq = %(chain_seq)s, audit_head = %(chain_hash)s
+    WHERE agent_id = %(agent_id)s AND session_id = %(session_id)s
+        AND audit_seq = %(chain_seq)s - 1
+"""
+
+# A session that a call failed to open (its record still needs a chain), not counted as a step.
+SESSION_WITHOUT_STEP = """
+    INSERT INTO dispatch_session
+        (agent_id, session_id, customer_id, steps, created_at, audit_seq, audit_head)
+    VALUES (%(agent_id)s, %(session_id)s, %(customer_id)s, 0, %(now)s, 0, '')
+    ON CONFLICT (agent_id, session_id) DO NOTHING
+"""
+
+HEAD = """
+    SELECT audit_seq, audit_head FROM dispatch_session
+    WHERE agent_id = %(agent_id)s AND session_id = %(session_id)s
+"""
+
+_AUDIT_INTO = """
     INSERT INTO dispatch_auditrecord
         (call_id, at, agent_id, session_id, customer_id, step, tool, raw_arguments, arguments,
-        key, ok, code, message, replayed, confirmation_id, policy_version, duration_ms, channel)
-    VALUES (%(call_id)s, %(at)s, %(agent_id)s, %(session_id)s, %(customer_id)s, %(step)s,
-        %(tool)s, %(raw_arguments)s, %(arguments)s, %(key)s, %(ok)s, %(code)s, %(message)s,
-        %(replayed)s, %(confirmation_id)s, %(policy_version)s, %(duration_ms)s, %(channel)s)
+        key, ok, code, message, replayed, confirmation_id, policy_version, duration_ms, channel,
+        chain_seq, chain_hash)
 """
+
+_AUDIT_VALUES = """%(call_id)s, %(at)s, %(agent_id)s, %(session_id)s, %(customer_id)s, %(step)s,
+        %(tool)s, %(raw_arguments)s, %(arguments)s, %(key)s, %(ok)s, %(code)s, %(message)s,
+        %(replayed)s, %(confirmation_id)s, %(policy_version)s, %(duration_ms)s, %(channel)s,
+        %(chain_seq)s, %(chain_hash)s"""
+
+AUDIT = f"{_AUDIT_INTO} VALUES ({_AUDIT_VALUES})"
 
 # The columns AUDIT writes: a test holds them to the model's, so that a new field fails loudly.
 AUDIT_COLUMNS = (
@@ -75,6 +105,8 @@ AUDIT_COLUMNS = (
     "policy_version",
     "duration_ms",
     "channel",
+    "chain_seq",
+    "chain_hash",
 )
 
 # PostgreSQL: a call opens in one statement. The step is counted; within the budget the key is
@@ -111,7 +143,7 @@ OPEN_POSTGRESQL = """
         FROM ({lookup}) AS lookup
         WHERE (SELECT steps FROM step) <= %(step_budget)s
     )
-    SELECT step.steps, claimed.*, looked.*
+    SELECT step.steps, step.audit_seq, step.audit_head, claimed.*, looked.*
     FROM commit_mode, step LEFT JOIN claimed ON true LEFT JOIN looked ON true
 """
 
@@ -123,16 +155,27 @@ STEP_POSTGRESQL = f"""
             true)
     ),
     step AS ({STEP})
-    SELECT steps FROM commit_mode, step
+    SELECT steps, audit_seq, audit_head FROM commit_mode, step
 """
 
 # A call with no lookup reads nothing in its opening.
 NO_LOOKUP = "SELECT 1 AS nothing WHERE false"
 
-# PostgreSQL: a call that settles its key ends in one statement, the key settled and its audit
-# record appended together. What managers count of the call is counted later from that record
-# (analytics/fills.py), not here.
+# PostgreSQL: a call ends in one statement, the session's head moved, the key (if any) settled
+# and the audit record appended together; no row is appended if the head had moved on (HEAD_MOVE).
+# What managers count of the call is counted later from that record (analytics/fills.py), not
+# here.
+_LINKED = f"""
+    {_AUDIT_INTO}
+    SELECT {_AUDIT_VALUES} FROM head
+"""
+
+END_POSTGRESQL = f"""
+    WITH head AS ({HEAD_MOVE} RETURNING 1)
+    {_LINKED}
+"""
+
 END_WITH_SETTLE_POSTGRESQL = f"""
-    WITH settled AS ({SETTLE})
-    {AUDIT}
+    WITH settled AS ({SETTLE}), head AS ({HEAD_MOVE} RETURNING 1)
+    {_LINKED}
 """

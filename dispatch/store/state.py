@@ -18,6 +18,7 @@ from django.utils.dateparse import parse_datetime
 
 from dispatch.models import AuditRecord, CallChannel, Confirmation, IdempotencyRecord
 from dispatch.pipeline.allowance import AllowanceHistory, AllowanceRequest, HoldReason
+from dispatch.pipeline.audit_chain import audit_chain, link_hash
 from dispatch.pipeline.state import (
     AuditEntry,
     Claim,
@@ -38,6 +39,8 @@ from dispatch.store.allowance import allowance_release, allowance_reserve
 from dispatch.store.backends import CLAIM_PARAMS, Row, backend, fetch_row, only
 
 _JSON_FIELD = IdempotencyRecord._meta.get_field("result")
+# Each failed try means another call of the session recorded in between: a few is plenty.
+_LINK_TRIES = 50
 
 
 class OrmState:
@@ -49,6 +52,8 @@ class OrmState:
         # How the call came in (the API or MCP): what its audit record says.
         self.channel = channel
         self.backend = backend()
+        # The session's audit head as the call's opening read it: what its record links to.
+        self._head: tuple[int, str] | None = None
 
     def open_call(
         self,
@@ -68,6 +73,7 @@ class OrmState:
             row = self.backend.count_step(self.cursor, {**params, "now": _db_time(_now())})
             if row is None:
                 raise SessionConflict(session_id)
+            self._head = (row["audit_seq"], row["audit_head"])
             return Opening(row["steps"], None)
 
         if claim.exclusive and not connection.in_atomic_block:
@@ -90,6 +96,7 @@ class OrmState:
         )
         if row is None:
             raise SessionConflict(session_id)
+        self._head = (row["audit_seq"], row["audit_head"])
         if row["steps"] > step_budget:
             return Opening(row["steps"], None)
         read_ahead = None
@@ -229,9 +236,40 @@ class OrmState:
             "duration_ms": entry.duration_ms,
             "channel": self.channel,
         }
-        self.backend.end_call(
-            self.cursor, None if settlement is None else _settle_params(settlement), audit
-        )
+        settle = None if settlement is None else _settle_params(settlement)
+        chain = audit_chain(audit["agent_id"], audit["session_id"])
+        fields = {**audit, "at": entry.at, "arguments": entry.arguments}
+        head = self._head
+        for _ in range(_LINK_TRIES):
+            if head is None:
+                head = self._read_head(audit["agent_id"], audit["session_id"], entry.customer_id)
+            seq, previous = head[0] + 1, head[1]
+            linked = {
+                **audit,
+                "chain_seq": seq,
+                "chain_hash": link_hash(chain=chain, seq=seq, previous=previous, fields=fields),
+            }
+            if self.backend.end_call(self.cursor, settle, linked):
+                self._head = (seq, linked["chain_hash"])
+                return
+            head = None
+        raise RuntimeError(f"the audit chain of session {entry.session_id} would not settle")
+
+    def _read_head(self, agent_id: int, session_id: str, customer_id: str) -> tuple[int, str]:
+        """The session's audit head, read when the opening did not return it or it moved on."""
+        params: dict[str, Any] = {"agent_id": agent_id, "session_id": session_id}
+        self.cursor.execute(sql.HEAD, params)
+        row = fetch_row(self.cursor)
+        if row is None:
+            # A call that failed before its opening counted the step: its session is made here,
+            # with no step, so that its record has a chain.
+            self.cursor.execute(
+                sql.SESSION_WITHOUT_STEP,
+                {**params, "customer_id": customer_id, "now": _db_time(_now())},
+            )
+            self.cursor.execute(sql.HEAD, params)
+            row = _one(fetch_row(self.cursor))
+        return row["audit_seq"], row["audit_head"]
 
     def reserve_allowance(
         self, request: AllowanceRequest, judge: Callable[[AllowanceHistory], HoldReason | None]

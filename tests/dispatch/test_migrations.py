@@ -132,3 +132,74 @@ def test_the_policy_versions_per_currency_judge_the_demos_traffic_as_the_old_one
     assert under[old.version].calls == under[new.version].calls > 0
     # Each reproduces every recorded outcome, so the two agree call for call.
     assert under[old.version].moves == under[new.version].moves == ()
+
+
+BEFORE_CHAINS = [
+    ("dispatch", "0019_least_privilege"),
+    ("approvals", "0006_webhook_next_attempt"),
+]
+
+
+def test_the_migrations_chain_the_records_and_events_made_before_them(run: Run) -> None:
+    executor = MigrationExecutor(connection)
+    executor.migrate(BEFORE_CHAINS)
+    old = executor.loader.project_state(BEFORE_CHAINS).apps
+    Agent = old.get_model("dispatch", "Agent")
+    Session = old.get_model("dispatch", "Session")
+    AuditRecord = old.get_model("dispatch", "AuditRecord")
+    Confirmation = old.get_model("dispatch", "Confirmation")
+    Event = old.get_model("approvals", "ConfirmationEvent")
+    agent = Agent.objects.create(name="old", token_prefix="tg_old", token_hash="1" * 64)
+    now = timezone.now()
+    for session in ("s-1", "s-2"):
+        Session.objects.create(agent=agent, session_id=session, customer_id="CUS-1", steps=2)
+    for number, session in enumerate(["s-1", "s-2", "s-1", "s-1"]):
+        AuditRecord.objects.create(
+            call_id=f"call-{number}",
+            at=now + timedelta(seconds=number),
+            agent=agent,
+            session_id=session,
+            customer_id="CUS-1",
+            step=number,
+            tool="get_order",
+            arguments={"order_id": "ORD-1001", "amount": 1.5},
+            ok=True,
+            code="OK",
+            policy_version=1,
+            duration_ms=1.25,
+        )
+    held = Confirmation.objects.create(
+        id="c" * 32,
+        key="k" * 64,
+        tool="refund_order",
+        arguments={},
+        arguments_hash="h",
+        agent=agent,
+        session_id="s-1",
+        customer_id="CUS-1",
+        policy_version=1,
+        created_at=now,
+        expires_at=now + timedelta(hours=1),
+        status="rejected",
+    )
+    for kind in ("voted", "rejected"):
+        Event.objects.create(confirmation=held, at=now, kind=kind, actor_label="ana")
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    from approvals.models import ConfirmationEvent
+    from dispatch.models import AuditRecord as Record
+    from dispatch.models import Confirmation as Current
+    from dispatch.models import Session as CurrentSession
+
+    assert list(Record.objects.order_by("id").values_list("session_id", "chain_seq")) == [
+        ("s-1", 1),
+        ("s-2", 1),
+        ("s-1", 2),
+        ("s-1", 3),
+    ]
+    assert CurrentSession.objects.get(session_id="s-1").audit_seq == 3
+    assert list(ConfirmationEvent.objects.values_list("chain_seq", flat=True)) == [1, 2]
+    assert Current.objects.get().event_seq == 2
+    assert "OK: every chain holds" in run("verify_audit")

@@ -213,6 +213,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env.float("TOOLGATE_EXECUTION_SWEEP_SECONDS", default=20.0),
     },
     # The managers' rollups, filled from the audit records and the event log (analytics/fills.py).
+    # The heads of the audit chains, sealed and written out (dispatch/audit.py).
+    "seal-audit": {
+        "task": "dispatch.tasks.audit_seal_task",
+        "schedule": env.float("TOOLGATE_AUDIT_SEAL_SECONDS", default=300.0),
+    },
     "fill-rollups": {
         "task": "analytics.tasks.rollups_fill_task",
         "schedule": env.float("TOOLGATE_ROLLUP_FILL_SECONDS", default=60.0),
@@ -282,8 +287,28 @@ LOGGING = {
     "loggers": {
         "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "django.db.backends": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+        # The audit's seals, when the log is one of their sinks: always written, whatever the level.
+        "toolgate.audit.seal": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }
+
+# The audit's seals (dispatch/audit.py): how often the heads of the audit chains that moved are
+# sealed, and where each seal is written out, where the database's owner cannot rewrite it: "log"
+# (the line above, for a log shipped off the host), "file:<path>" (JSON lines appended; verify_audit
+# --seals reads them), or an http(s) URL (POSTed, signed with the secret as webhooks are).
+TOOLGATE_AUDIT_SEAL_SECONDS = env.float("TOOLGATE_AUDIT_SEAL_SECONDS", default=300.0)
+TOOLGATE_AUDIT_SEAL_SINKS = env.list("TOOLGATE_AUDIT_SEAL_SINKS", default=["log"])
+TOOLGATE_AUDIT_SEAL_WEBHOOK_SECRET = env("TOOLGATE_AUDIT_SEAL_WEBHOOK_SECRET", default="")
+# A seal takes the chains that moved since this long before the previous seal: above the longest
+# a call runs (gunicorn's timeout, 30 s), so that a head moved late is never left out.
+TOOLGATE_AUDIT_SEAL_OVERLAP_SECONDS = env.float(
+    "TOOLGATE_AUDIT_SEAL_OVERLAP_SECONDS", default=300.0
+)
+for _sink in TOOLGATE_AUDIT_SEAL_SINKS:
+    if _sink != "log" and not _sink.startswith(("file:", "https://", "http://")):
+        raise ImproperlyConfigured(
+            f"TOOLGATE_AUDIT_SEAL_SINKS: {_sink!r} is not log, file:<path> or an http(s) URL"
+        )
 
 # The refund gateway's fault switch (orders.models.GatewayFault): read only where failures are
 # demonstrated on purpose; production turns it off.

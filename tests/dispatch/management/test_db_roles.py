@@ -17,6 +17,7 @@ def test_the_append_only_tables_are_the_audit_records_the_ledger_and_the_confirm
     assert append_only_tables() == [
         "approvals_confirmationevent",
         "dispatch_auditrecord",
+        "dispatch_auditseal",
         "orders_refund",
     ]
 

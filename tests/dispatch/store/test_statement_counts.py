@@ -56,8 +56,10 @@ def test_a_read_is_its_opening_with_the_order_then_its_audit(make_agent: MakeAge
     # On SQLite the step, the claim, the order the domain reads, and the audit record: the call
     # no longer counts itself in the rollups nor settles its session's pending rejections (six
     # statements here: beat's fills count it from its record, analytics/fills.py). On
-    # PostgreSQL: the opening and the audit record, as before.
-    assert count == (2 if ONE_STATEMENT else 4)
+    # PostgreSQL: the opening and the audit record, as before. On SQLite one more: the session's
+    # audit head moved to the record (dispatch/store/sql.py, HEAD_MOVE), which PostgreSQL moves
+    # in the record's own statement.
+    assert count == (2 if ONE_STATEMENT else 5)
 
 
 def test_an_executed_refund_is_its_opening_with_the_order_its_refund_and_audit(
@@ -77,8 +79,9 @@ def test_an_executed_refund_is_its_opening_with_the_order_its_refund_and_audit(
     # On SQLite three more: the allowance's two reads and its reservation. On PostgreSQL those are
     # sent on the reservations' own connection (dispatch/store/allowance.py), not counted here.
     # The rollup rows (hour and day) and the session's pending rejections, four more statements
-    # on SQLite before, are no longer the call's: beat's fills count it from its record.
-    assert count == (3 if ONE_STATEMENT else 10)
+    # on SQLite before, are no longer the call's: beat's fills count it from its record. On SQLite
+    # the session's audit head is one more (HEAD_MOVE); PostgreSQL moves it with the record.
+    assert count == (3 if ONE_STATEMENT else 11)
     orders["ORD-1001"].refresh_from_db()
     assert orders["ORD-1001"].refunded_cents == 500
 
@@ -107,9 +110,9 @@ def test_a_calls_statements_share_one_cursor_closed_with_the_call(make_agent: Ma
             assert result.ok, result.message
 
     first, second = cursors
-    # The opening and the audit record; on SQLite the step, the claim and the audit record (the
-    # order is read by the domain, with a cursor of its own).
-    assert len(first) == (2 if ONE_STATEMENT else 3)
+    # The opening and the audit record; on SQLite the step, the claim, the session's audit head
+    # and the audit record (the order is read by the domain, with a cursor of its own).
+    assert len(first) == (2 if ONE_STATEMENT else 4)
     assert len({id(cursor) for cursor in first}) == 1
     # Each call has a cursor of its own, and the first was closed when its call ended.
     assert second[0] is not first[0]

@@ -1,0 +1,56 @@
+"""The confirmation events' chains, one per confirmation, for the audit's sealer and verifier
+(dispatch/audit.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+
+from approvals.models import ConfirmationEvent
+from dispatch.audit import ChainSource
+from dispatch.models import Confirmation
+from dispatch.pipeline.audit_chain import EVENT_FIELDS, Head, Link, covered, event_chain
+
+_CHUNK = 5000
+
+
+def _count() -> int:
+    return ConfirmationEvent.objects.count()
+
+
+def _heads() -> dict[str, tuple[int, str]]:
+    rows = Confirmation.objects.filter(event_seq__gt=0).values_list("pk", "event_seq", "event_head")
+    return {event_chain(pk): (seq, head) for pk, seq, head in rows.iterator(chunk_size=_CHUNK)}
+
+
+def _links() -> Iterator[tuple[str, Link]]:
+    rows = (
+        ConfirmationEvent.objects.order_by("confirmation_id", "chain_seq", "id")
+        .values("id", "chain_seq", "chain_hash", *EVENT_FIELDS)
+        .iterator(chunk_size=_CHUNK)
+    )
+    for row in rows:
+        yield (
+            event_chain(row["confirmation_id"]),
+            Link(row["id"], row["chain_seq"], row["chain_hash"], covered(EVENT_FIELDS, row)),
+        )
+
+
+def _heads_since(since: datetime | None) -> Iterator[Head]:
+    confirmations = Confirmation.objects.filter(event_seq__gt=0)
+    if since is not None:
+        # Few events a day (people's decisions): read by time, without an index of their own.
+        moved = ConfirmationEvent.objects.filter(at__gte=since).values("confirmation_id")
+        confirmations = confirmations.filter(pk__in=moved)
+    rows = confirmations.values_list("pk", "event_seq", "event_head")
+    for pk, seq, head in rows.iterator(chunk_size=_CHUNK):
+        yield Head(event_chain(pk), seq, head)
+
+
+confirmation_events = ChainSource(
+    name="confirmation events",
+    count=_count,
+    heads=_heads,
+    links=_links,
+    heads_since=_heads_since,
+)

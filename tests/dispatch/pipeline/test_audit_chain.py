@@ -1,0 +1,128 @@
+"""The audit chain's hash and its verifier, on plain values."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+from dispatch.pipeline.audit_chain import (
+    ALTERED,
+    GENESIS,
+    INSERTED,
+    REMOVED,
+    Finding,
+    Link,
+    audit_chain,
+    link_hash,
+    verify_chain,
+)
+from tests.dispatch.pipeline.conftest import Harness
+
+CHAIN = audit_chain(1, "s-1")
+
+
+def chained(*fields: dict[str, Any]) -> list[Link]:
+    links, previous = [], GENESIS
+    for seq, row in enumerate(fields, start=1):
+        previous = link_hash(chain=CHAIN, seq=seq, previous=previous, fields=row)
+        links.append(Link(seq * 10, seq, previous, row))
+    return links
+
+
+Tip = tuple[int, str | None]
+
+
+def findings(links: list[Link], head: Tip | None, sealed: Tip | None = None) -> list[Finding]:
+    def pair(tip: Tip | None) -> tuple[int, str] | None:
+        return None if tip is None else (tip[0], tip[1] or "")
+
+    return [
+        item
+        for item in verify_chain(CHAIN, links, pair(head), pair(sealed))
+        if isinstance(item, Finding)
+    ]
+
+
+ROWS = [{"code": "OK", "n": n} for n in range(5)]
+
+
+def test_a_whole_chain_matching_its_head_and_seal_has_no_finding() -> None:
+    links = chained(*ROWS)
+
+    assert findings(links, (5, links[-1].hash), (3, links[2].hash)) == []
+
+
+def test_it_names_the_record_whose_field_changed() -> None:
+    links = chained(*ROWS)
+    links[2] = links[2]._replace(fields={"code": "REFUSED", "n": 2})
+
+    assert findings(links, (5, links[-1].hash)) == [
+        Finding(CHAIN, 3, 30, ALTERED, "its fields or hash do not match its chain")
+    ]
+
+
+def test_it_names_the_gap_a_removed_record_leaves() -> None:
+    links = chained(*ROWS)
+    del links[1]
+
+    [finding] = findings(links, (5, links[-1].hash))
+    assert (finding.what, finding.seq, finding.record_id) == (REMOVED, 2, 30)
+
+
+def test_it_names_a_record_inserted_at_a_taken_place() -> None:
+    links = chained(*ROWS)
+    links.insert(2, Link(99, 2, links[1].hash, links[1].fields))
+
+    [finding] = findings(links, (5, links[-1].hash))
+    assert (finding.what, finding.seq, finding.record_id) == (INSERTED, 2, 99)
+
+
+def test_a_tail_removed_shows_against_the_head_and_against_the_seal() -> None:
+    links = chained(*ROWS)
+    head, sealed = (5, links[-1].hash), (5, links[-1].hash)
+
+    [by_head] = findings(links[:3], head)
+    # Its owner moved the head back too: the seal written out still has it.
+    [by_seal] = findings(links[:3], (3, links[2].hash), sealed)
+
+    assert (by_head.what, by_head.seq) == (REMOVED, 4)
+    assert (by_seal.what, by_seal.seq) == (REMOVED, 4)
+
+
+def test_a_chain_rewritten_whole_shows_only_against_its_seal() -> None:
+    original = chained(*ROWS)
+    rewritten = chained(*ROWS[:2], {"code": "REFUSED", "n": 2}, *ROWS[3:])
+
+    assert findings(rewritten, (5, rewritten[-1].hash)) == []
+    [finding] = findings(rewritten, (5, rewritten[-1].hash), (4, original[3].hash))
+    assert (finding.what, finding.seq) == (ALTERED, 4)
+
+
+def test_the_hash_reads_the_same_from_any_database() -> None:
+    moment = datetime(2026, 1, 2, 3, 4, 5, 600, tzinfo=UTC)
+    written = {"at": moment, "arguments": {"b": 1e20, "a": [1.0, 0.5]}}
+    # PostgreSQL gives the time back in the session's zone and jsonb's numbers as it keeps them.
+    read = {
+        "arguments": {"a": [1, 0.5], "b": 100000000000000000000},
+        "at": moment.astimezone(timezone(timedelta(hours=-3))),
+    }
+
+    assert link_hash(chain=CHAIN, seq=1, previous="", fields=written) == link_hash(
+        chain=CHAIN, seq=1, previous=GENESIS, fields=read
+    )
+
+
+def test_the_memory_store_chains_its_records_per_session(harness: Harness) -> None:
+    harness.call("get_order", {"order_id": "ORD-1001"})
+    harness.refund(1000)
+    harness.call("get_order", {"order_id": "ORD-1001"}, session="s-2")
+    harness.refund(1000)
+    state = harness.state
+
+    chains = {link.chain for link in state.links}
+
+    assert chains == {audit_chain("agent-1", "s-1"), audit_chain("agent-1", "s-2")}
+    for chain in chains:
+        seqs = [link.seq for link in state.links if link.chain == chain]
+        assert seqs == list(range(1, len(seqs) + 1))
+    assert len(set(link.hash for link in state.links)) == len(state.links)
