@@ -73,6 +73,7 @@ def take_over_after() -> timedelta:
     """How long a key may be in progress before another request takes its run over."""
     return timedelta(seconds=settings.TOOLGATE_IDEMPOTENCY_TAKE_OVER_SECONDS)
 
+
 PRUNE_EVERY = 100
 PRUNE_BATCH = 500
 
