@@ -10,6 +10,7 @@ other fault tests (tests/faults), in a process of their own, and not with the re
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +32,7 @@ from dispatch.services import agent_token_set
 from dispatch.webhooks import agent_webhook_set
 from orders.models import Order, Refund
 from tests.approvals.conftest import HeldRefund, WebhookReceiver
+from tests.conftest import Figures
 from tests.workers import RedisServer, StartWorker, database_url, wait_until
 
 # The sweep every second, sending again what no worker took within two; a lease of three seconds.
@@ -271,6 +273,7 @@ def test_a_worker_killed_while_executing_loses_its_lease_to_one_other_worker(
     held_refund: HeldRefund,
     reviewers: list[User],
     order: Order,
+    figures: Figures,
 ) -> None:
     # Redis would hand the unacknowledged task to another worker only after an hour: what
     # recovers the execution here is the lease.
@@ -285,13 +288,21 @@ def test_a_worker_killed_while_executing_loses_its_lease_to_one_other_worker(
         )
         confirmation_approve(confirmation_id=held.pk, reviewer=reviewers[0])
         wait_until(waiting_on_a_lock, "the worker's refund to wait for the order")
+        # The whole worker (its main process, the solo pool's only one), not a pool child.
         first.kill()
+        killed_at = time.monotonic()
         order_lock.rollback()
     after_kill = status_of(held)
     start_worker(beat=True, **slow_redelivery)
     start_worker(**slow_redelivery)
 
     wait_until(lambda: status_of(held) in FINAL, "another worker to take the lease over", 60)
+    figures(
+        lease_seconds=slow_redelivery["TOOLGATE_EXECUTION_LEASE_SECONDS"],
+        visibility_timeout_seconds=slow_redelivery["CELERY_VISIBILITY_TIMEOUT_SECONDS"],
+        executed_seconds_after_kill=round(time.monotonic() - killed_at, 1),
+        refunds=Refund.objects.filter(order=order).count(),
+    )
 
     assert after_kill == ConfirmationStatus.EXECUTING
     assert status_of(held) == ConfirmationStatus.EXECUTED
