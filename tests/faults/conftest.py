@@ -257,30 +257,27 @@ class Agents:
 def ledger_doubles(orders: list[Order], expected: Mapping[str, int]) -> dict[str, Any]:
     """Each order's refunds against the refunds the agents were answered: the ledger (the rows)
     adds up to the order's refunded amount, and no refund is there twice."""
-    rows = {
-        row["order__order_id"]: row
-        for row in Refund.objects.filter(order__in=orders)
+    counts: dict[str, int] = {}
+    totals: dict[str, int] = {}
+    for order_id, count, total in (
+        Refund.objects.filter(order__in=orders)
         .values("order__order_id")
         .annotate(count=Count("id"), total=Sum("amount_cents"))
-    }
+        .values_list("order__order_id", "count", "total")
+    ):
+        counts[order_id], totals[order_id] = int(count), int(total or 0)
     refunded = dict(
         Order.objects.filter(pk__in=[o.pk for o in orders]).values_list(
             "order_id", "refunded_cents"
         )
     )
     mismatched = {
-        order_id: (rows.get(order_id, {}).get("total") or 0, refunded[order_id])
-        for order_id in refunded
-        if (rows.get(order_id, {}).get("total") or 0) != refunded[order_id]
+        order_id: (totals.get(order_id, 0), cents)
+        for order_id, cents in refunded.items()
+        if totals.get(order_id, 0) != cents
     }
-    doubles = sum(
-        max(0, (rows.get(order_id, {}).get("count") or 0) - count)
-        for order_id, count in expected.items()
-    )
-    missing = sum(
-        max(0, count - (rows.get(order_id, {}).get("count") or 0))
-        for order_id, count in expected.items()
-    )
+    doubles = sum(max(0, counts.get(o, 0) - count) for o, count in expected.items())
+    missing = sum(max(0, count - counts.get(o, 0)) for o, count in expected.items())
     return {"doubles": doubles, "missing": missing, "ledger_mismatches": mismatched}
 
 
