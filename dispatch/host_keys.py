@@ -64,9 +64,11 @@ HEADER = "Idempotency-Key"
 KEY_PATTERN = re.compile(r"[\x20-\x7e]{1,255}")
 
 # Far longer than any call takes (a call that writes is one short transaction; the gateway's
-# retries last a second or two): a key in progress for longer belongs to a process that died.
-# TOOLGATE_IDEMPOTENCY_TAKE_OVER_SECONDS sets it (the default is this).
-TAKE_OVER_AFTER = timedelta(minutes=5)
+# retries last a second or two; gunicorn ends a request after 30 s): a key in progress for longer
+# belongs to a process that died. TOOLGATE_IDEMPOTENCY_TAKE_OVER_SECONDS sets it (the default is
+# this). Taking over a run that is in fact alive costs no money: its answer no longer settles the
+# key (_settle), so it does not commit.
+TAKE_OVER_AFTER = timedelta(seconds=60)
 
 
 def take_over_after() -> timedelta:

@@ -320,7 +320,7 @@ TOOLGATE_IDEMPOTENCY_KEY_HOURS = env.int("TOOLGATE_IDEMPOTENCY_KEY_HOURS", defau
 # database connection cut before it could free the key): the next request with it runs instead of
 # getting 409. Keep it above gunicorn's timeout, the longest a request runs.
 TOOLGATE_IDEMPOTENCY_TAKE_OVER_SECONDS = env.int(
-    "TOOLGATE_IDEMPOTENCY_TAKE_OVER_SECONDS", default=300
+    "TOOLGATE_IDEMPOTENCY_TAKE_OVER_SECONDS", default=60
 )
 if TOOLGATE_IDEMPOTENCY_KEY_HOURS < 24:
     raise ImproperlyConfigured(
