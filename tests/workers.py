@@ -11,6 +11,7 @@ The fixtures (`own_redis`, `broker`, `start_worker`) are the whole suite's (test
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import signal
@@ -31,6 +32,10 @@ from django.db import connection
 
 from tests.services import unavailable
 from toolgate.celery import app as celery_app
+
+# The tasks this process sends, imported before the Celery app is finalized: a shared task imported
+# after that is not always registered in it (NotRegistered on sending, the approval left waiting).
+importlib.import_module("approvals.tasks")
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "celery"
