@@ -24,10 +24,13 @@ format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# The real-worker tests run in a process of their own: Celery's app state is the process's.
+# The real-worker tests run in a process of their own: Celery's app state is the process's. So do
+# the fault tests (processes killed, connections terminated, Redis stopped), each under a time
+# limit, their figures printed (-s).
 test: install
-	$(BIN)/pytest -m "not worker"
-	$(BIN)/pytest -m worker
+	$(BIN)/pytest -m "not worker and not faults"
+	$(BIN)/pytest -m "worker and not faults"
+	$(BIN)/pytest -m faults -s --timeout 240
 
 # `make demo PORT=8080` serves on another port.
 PORT ?= 8000

@@ -15,8 +15,9 @@ import sys
 import uuid
 from typing import Any
 
+import psycopg
 from django.core.exceptions import DisallowedHost
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import status
@@ -26,6 +27,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
 from dispatch.auth_failures import THROTTLED_REASON
+from dispatch.pipeline.state import StoreUnavailable
 from dispatch.security import (
     RECORDED_STATUSES,
     api_agent,
@@ -38,8 +40,25 @@ logger = logging.getLogger(__name__)
 # Where the agent API lives (toolgate/urls.py); the schema and its docs page are not part of it.
 API_PATH_PREFIX = "/api/v1/"
 
-# What a database that is away raises: refused, dropped, or closed under the connection.
-DATABASE_AWAY = (OperationalError, InterfaceError)
+# What a database that is away raises: refused, dropped, or closed under the connection; through
+# Django, or on a connection of psycopg's own (the allowance's side connection).
+DATABASE_AWAY = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+
+
+def database_away(exc: BaseException) -> bool:
+    """Whether the request failed because the database went away under it: the error says so, or
+    caused the one raised (the pipeline tried to record a failure on the dead connection), or the
+    request's connection is lost (terminated by the server, say) whatever was raised after."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (*DATABASE_AWAY, StoreUnavailable)):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    raw = connection.connection
+    return raw is not None and bool(getattr(raw, "closed", False) or getattr(raw, "broken", False))
+
 
 # Sending the same request again can help: once the rate allows it, or once the database is back.
 _RETRYABLE = frozenset({status.HTTP_429_TOO_MANY_REQUESTS, status.HTTP_503_SERVICE_UNAVAILABLE})
@@ -208,7 +227,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     if request is None or not is_api_request(request):
         return None
     set_rollback()
-    if isinstance(exc, DATABASE_AWAY):
+    if database_away(exc):
         return Response(_database_away(request, exc), status=status.HTTP_503_SERVICE_UNAVAILABLE)
     return Response(_unexpected(request, exc), status=status.HTTP_500_INTERNAL_SERVER_ERROR)
 
@@ -233,6 +252,6 @@ def server_error(request: HttpRequest) -> HttpResponse:
         return defaults.server_error(request)
     # Django calls this while it handles the exception, which is therefore still current.
     exc = sys.exc_info()[1] or RuntimeError("unknown error")
-    if isinstance(exc, DATABASE_AWAY):
+    if database_away(exc):
         return JsonResponse(_database_away(request, exc), status=503)
     return JsonResponse(_unexpected(request, exc), status=500)

@@ -8,7 +8,7 @@ ties the resent request to the first call instead:
   and the pipeline does not run;
 - the same key with another request is refused (422, `idempotency_key_reused`);
 - while a request with a key runs, another gets 409 `idempotency_key_in_progress`, retryable; a
-  run whose process died is taken over once it is TAKE_OVER_AFTER old.
+  run whose process died is taken over once it is take_over_after() old.
 
 "The same request" is the customer, the tool and the arguments as sent. The session id is left
 out on purpose: a host that restarts starts a new conversation and a new session id, and resends
@@ -64,8 +64,17 @@ HEADER = "Idempotency-Key"
 KEY_PATTERN = re.compile(r"[\x20-\x7e]{1,255}")
 
 # Far longer than any call takes (a call that writes is one short transaction; the gateway's
-# retries last a second or two): a key in progress for longer belongs to a process that died.
-TAKE_OVER_AFTER = timedelta(minutes=5)
+# retries last a second or two; gunicorn ends a request after 30 s): a key in progress for longer
+# belongs to a process that died. TOOLGATE_IDEMPOTENCY_TAKE_OVER_SECONDS sets it (the default is
+# this). Taking over a run that is in fact alive costs no money: its answer no longer settles the
+# key (_settle), so it does not commit.
+TAKE_OVER_AFTER = timedelta(seconds=60)
+
+
+def take_over_after() -> timedelta:
+    """How long a key may be in progress before another request takes its run over."""
+    return timedelta(seconds=settings.TOOLGATE_IDEMPOTENCY_TAKE_OVER_SECONDS)
+
 
 PRUNE_EVERY = 100
 PRUNE_BATCH = 500
@@ -152,7 +161,7 @@ def host_key_claim(
             )
         if found.completed_at is not None and found.status_code is not None:
             return Answer(found.status_code, found.response_body.encode("utf-8"))
-        if not found.unfinished and found.claimed_at > now - TAKE_OVER_AFTER:
+        if not found.unfinished and found.claimed_at > now - take_over_after():
             raise IdempotencyKeyInProgress()
         # Unfinished, or left running by a process that died: whichever request moves the claim
         # first runs; the other finds it running.
@@ -223,7 +232,7 @@ def host_key_release(*, claim: Claim) -> None:
                 held.delete()
     except DatabaseError as exc:
         # Called while an error is on its way out (the database may be why): the key is then
-        # taken over after TAKE_OVER_AFTER rather than freed now.
+        # taken over after take_over_after() rather than freed now.
         logger.warning("Could not free an %s: %s", HEADER, str(exc).strip()[:200])
 
 

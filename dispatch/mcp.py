@@ -61,7 +61,7 @@ from dispatch.errors import AuthenticationThrottled, RateLimiterDown, error_body
 from dispatch.models import Agent, CallChannel
 from dispatch.pipeline import codes
 from dispatch.pipeline.results import CallResult
-from dispatch.pipeline.state import SessionConflict
+from dispatch.pipeline.state import SessionConflict, StoreUnavailable
 from dispatch.pipeline.tools import ToolSpec, held_plurals
 from dispatch.registry import tool_registry
 from dispatch.security import RECORDED_STATUSES, Origin, security_event_record
@@ -105,6 +105,8 @@ class HostRefusal(NamedTuple):
     status: int
     reason: str
     message: str
+    # Whether the same call sent again may pass (the database back).
+    retryable: bool = False
 
 
 def result_schema() -> dict[str, Any]:
@@ -206,6 +208,14 @@ SESSION_CONFLICT = HostRefusal(
     "Toolgate: this session is bound to another customer; the host must open a new session for "
     "this customer. Nothing was done.",
 )
+# The database went away under the call (the API's 503 `database_unavailable`): retryable.
+DATABASE_UNAVAILABLE = HostRefusal(
+    503,
+    "database_unavailable",
+    "Toolgate: the database is unavailable; nothing was done. Send the same call again in a "
+    "moment.",
+    retryable=True,
+)
 
 
 def refusal_contract(tool: str, refusal: HostRefusal) -> dict[str, Any]:
@@ -219,6 +229,7 @@ def refusal_contract(tool: str, refusal: HostRefusal) -> dict[str, Any]:
         code=refusal.reason,
         message=refusal.message,
         data={"status": refusal.status},
+        retryable=refusal.retryable,
         model_text=refusal.message,
     ).as_dict()
 
@@ -238,6 +249,10 @@ def refused(host: Host, tool: str, refusal: HostRefusal) -> types.CallToolResult
     """A call refused on the host's side: recorded, and answered as the tool's error with its
     code; nothing ran."""
     refusal_record(host, refusal)
+    return refusal_result(tool, refusal)
+
+
+def refusal_result(tool: str, refusal: HostRefusal) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=refusal.message)],
         structured_content=refusal_contract(tool, refusal),
@@ -262,6 +277,9 @@ def tool_call(host: Host, name: str, arguments: Mapping[str, Any] | None) -> typ
         )
     except SessionConflict:
         return refused(host, name, SESSION_CONFLICT)
+    except StoreUnavailable:
+        # Nothing ran and nothing was kept; no event is written to a database that is away.
+        return refusal_result(name, DATABASE_UNAVAILABLE)
     return call_result(result)
 
 

@@ -36,6 +36,7 @@ from dispatch.store.guards import CONFIRMATION_LIFECYCLE_TRIGGER as _LIFECYCLE
 from dispatch.throttling import local_request_log
 from orders.models import Order, Refund
 from tests.factories import OrderFactory
+from tests.workers import broker, own_redis, start_worker  # noqa: F401  (the suite's fixtures)
 from toolgate_client import Toolgate
 
 # Speed is measured in bench/, not asserted here: on a busy two-core machine one example can take
@@ -357,3 +358,29 @@ def printed_token(output: str) -> str:
     match = re.search(r"^Token: (\S+)$", output, re.M)
     assert match is not None, output
     return match.group(1)
+
+
+# What the fault tests measured (calls, retries, kills, seconds to recover...), printed at the end
+# of the run so that it shows in CI's log.
+_figures: list[str] = []
+
+
+class Figures(Protocol):
+    def __call__(self, **values: Any) -> None: ...
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> Figures:
+    def report(**values: Any) -> None:
+        line = f"{request.node.nodeid}: " + ", ".join(f"{k}={v}" for k, v in values.items())
+        _figures.append(line)
+        print(f"\nfigures: {line}")
+
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _figures:
+        terminalreporter.section("figures")
+        for line in _figures:
+            terminalreporter.write_line(line)

@@ -43,6 +43,7 @@ from dispatch.pipeline.state import (
     SessionConflict,
     Settlement,
     StatePort,
+    StoreUnavailable,
     Verdict,
 )
 from dispatch.pipeline.strictjson import StrictJSONError, check_object, loads_object
@@ -348,7 +349,7 @@ class Pipeline:
         trace = _Trace()
         try:
             result = self._run(prepared, trace, state)
-        except SessionConflict:
+        except (SessionConflict, StoreUnavailable):
             raise
         except Exception:
             logger.exception("pipeline failed on call %s", call_id)

@@ -34,6 +34,12 @@ class SessionConflict(Exception):
     """The session id is already bound to another customer (an envelope error, not a result)."""
 
 
+class StoreUnavailable(Exception):
+    """The store went away under the call (its connection terminated, say): the call can be
+    neither judged nor recorded, and nothing of it is kept. Not a result: the adapter answers it
+    as unavailable, and the same call sent again runs anew."""
+
+
 class KeyStatus(enum.StrEnum):
     IN_PROGRESS = "in_progress"
     # Answered without effect (a rule or a limit refused it): an identical call is judged anew.

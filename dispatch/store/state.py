@@ -7,12 +7,14 @@ which statements run, one by one or joined, is the backend's (dispatch/store/bac
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
-from django.db import connection, transaction
+import psycopg
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.backends.utils import CursorWrapper
 from django.utils.dateparse import parse_datetime
 
@@ -30,6 +32,7 @@ from dispatch.pipeline.state import (
     ReadAhead,
     SessionConflict,
     Settlement,
+    StoreUnavailable,
     Verdict,
     decide_claim,
 )
@@ -41,6 +44,33 @@ from dispatch.store.backends import CLAIM_PARAMS, Row, backend, fetch_row, only
 _JSON_FIELD = IdempotencyRecord._meta.get_field("result")
 # Each failed try means another call of the session recorded in between: a few is plenty.
 _LINK_TRIES = 50
+
+# The database away: through Django, or on the allowance's own connection; and a transaction that
+# an earlier such error broke, which can no longer record the call.
+_AWAY = (
+    OperationalError,
+    InterfaceError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    transaction.TransactionManagementError,
+)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _raises_store_unavailable(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """The database away under the method is the core's StoreUnavailable: the call stops there,
+    and its transaction, rolled back, keeps nothing of it."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except _AWAY as error:
+            raise StoreUnavailable(str(error).strip()[:200]) from error
+
+    return wrapper
 
 
 class OrmState:
@@ -55,6 +85,7 @@ class OrmState:
         # The session's audit head as the call's opening read it: what its record links to.
         self._head: tuple[int, str] | None = None
 
+    @_raises_store_unavailable
     def open_call(
         self,
         *,
@@ -105,6 +136,7 @@ class OrmState:
         decided = self._decide(row, claim, params, first_verdict, first_status)
         return Opening(row["steps"], decided, read_ahead)
 
+    @_raises_store_unavailable
     def claim(
         self,
         *,
@@ -184,9 +216,11 @@ class OrmState:
                 confirmation=_pending(confirmation_id) if held else None,
             )
 
+    @_raises_store_unavailable
     def settle(self, settlement: Settlement) -> None:
         self.cursor.execute(sql.SETTLE, _settle_params(settlement))
 
+    @_raises_store_unavailable
     def hold(self, confirmation: PendingConfirmation) -> None:
         with transaction.atomic():
             Confirmation.objects.create(
@@ -215,6 +249,7 @@ class OrmState:
                 updated_at=confirmation.created_at,
             )
 
+    @_raises_store_unavailable
     def record(self, entry: AuditEntry, settlement: Settlement | None = None) -> None:
         audit = {
             "call_id": entry.call_id,
@@ -271,11 +306,13 @@ class OrmState:
             row = _one(fetch_row(self.cursor))
         return row["audit_seq"], row["audit_head"]
 
+    @_raises_store_unavailable
     def reserve_allowance(
         self, request: AllowanceRequest, judge: Callable[[AllowanceHistory], HoldReason | None]
     ) -> tuple[AllowanceHistory, HoldReason | None]:
         return allowance_reserve(request, judge, cursor=self.cursor)
 
+    @_raises_store_unavailable
     def release_allowance(self, key: str) -> None:
         allowance_release(key, cursor=self.cursor)
 

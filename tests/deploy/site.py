@@ -281,16 +281,25 @@ class Production:
         return completed.stdout
 
     def gunicorn(
-        self, *, port: int, workers: int, name: str = "gunicorn", nice: int = 0
+        self,
+        *,
+        port: int,
+        workers: int,
+        name: str = "gunicorn",
+        nice: int = 0,
+        env: Mapping[str, str] | None = None,
     ) -> Service:
-        env = self.env(role=self.database.app)
-        env.update(GUNICORN_BIND=f"127.0.0.1:{port}", WEB_CONCURRENCY=str(workers))
+        """gunicorn on the production settings as the application role; `env` is more of its
+        environment (or the settings it changes)."""
+        environment = self.env(role=self.database.app)
+        environment.update(GUNICORN_BIND=f"127.0.0.1:{port}", WEB_CONCURRENCY=str(workers))
+        environment.update(env or {})
         command = [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONF), "toolgate.wsgi"]
         service = Service(
             name,
             # As systemd's Nice= would.
             ["nice", "-n", str(nice), *command] if nice else command,
-            env=env,
+            env=environment,
             log=self.directory / f"{name}.log",
         )
         url = f"http://127.0.0.1:{port}/accounts/login/"

@@ -345,6 +345,12 @@ TOOLGATE_SECURITY_EVENTS_MAX_ROWS = env.int("TOOLGATE_SECURITY_EVENTS_MAX_ROWS",
 # as hosts are promised); dispatch.host_keys prunes older keys on write and with
 # `manage.py prune_idempotency_keys`.
 TOOLGATE_IDEMPOTENCY_KEY_HOURS = env.int("TOOLGATE_IDEMPOTENCY_KEY_HOURS", default=24)
+# A key whose run has held it this long belongs to a process that died (a web worker killed, its
+# database connection cut before it could free the key): the next request with it runs instead of
+# getting 409. Keep it above gunicorn's timeout, the longest a request runs.
+TOOLGATE_IDEMPOTENCY_TAKE_OVER_SECONDS = env.int(
+    "TOOLGATE_IDEMPOTENCY_TAKE_OVER_SECONDS", default=60
+)
 if TOOLGATE_IDEMPOTENCY_KEY_HOURS < 24:
     raise ImproperlyConfigured(
         "TOOLGATE_IDEMPOTENCY_KEY_HOURS must be at least 24: agent hosts are promised that a key "

@@ -74,7 +74,7 @@ def test_it_finishes_a_refund_whose_outcome_was_unknown_when_resent_from_a_new_s
 
 
 @on_postgresql
-def test_it_completes_a_refund_answered_internal_error_when_its_connections_were_terminated(
+def test_a_refund_whose_connections_were_terminated_answers_503_and_completes_once_when_resent(
     api: AgentClient, ledger: Ledger
 ) -> None:
     # A refund of another customer opens the connections a refund reserves its money on (one
@@ -84,13 +84,18 @@ def test_it_completes_a_refund_answered_internal_error_when_its_connections_were
     )
     assert earlier["code"] == "OK"
     terminate_the_other_connections()
-    failed = answer_of(keyed_refund(api, "key-1", session="before-restart"))
-    assert failed["code"] == "INTERNAL_ERROR"
+    failed = keyed_refund(api, "key-1", session="before-restart")
+    # Nothing of it was kept: no audit record, no money; the key is free again.
+    kept = (sessions_of_the_refunds(), ledger.state())
 
     finished = keyed_refund(api, "key-1", session="after-restart")
 
+    assert failed.status_code == 503
+    assert failed.json()["error"]["code"] == "database_unavailable"
+    assert failed.json()["error"]["retryable"] is True
+    assert kept == (["earlier"], (0, 0))
     assert answer_of(finished)["code"] == "OK"
-    assert sessions_of_the_refunds() == ["earlier", "before-restart", "before-restart"]
+    assert sessions_of_the_refunds() == ["earlier", "after-restart"]
     assert HostIdempotencyKey.objects.get().response_body == finished.text
     assert ledger.state() == (1, 1_000)
     assert ledger.state("ORD-1002") == (1, 2_000)
