@@ -32,6 +32,16 @@ from dispatch.pipeline.what_if import (
     draft_of,
 )
 
+# A currency's draft threshold, such as BRL_auto_approve_below.
+_DRAFT_THRESHOLD = re.compile(r"[A-Z]{3}_(?:" + "|".join(THRESHOLDS) + ")")
+
+AGENT_ID = {"type": "integer", "minimum": 1, "maximum": 10**18 - 1}
+# What no schema can say of a request, answered 400 with the parameter named.
+_UNSAYABLE = (
+    "a time that is not one, a since not before its until, a range over a year, an agent that "
+    "does not exist or has no policy, a draft value out of range, or an unknown query parameter"
+)
+
 # What the API says of the times it reads and writes.
 TIME_ZONE = "UTC"
 _IN_UTC = "a time without an offset is UTC; a date alone is that whole UTC day"
@@ -40,6 +50,7 @@ _IN_UTC = "a time without an offset is UTC; a date alone is that whole UTC day"
 class MetricsApi(ManagerApi):
     authentication_classes = [SessionAuthentication, PersonalTokenAuthentication]
     permission_classes = [IsManager]
+    query_parameters = frozenset({"since", "until", "agent", "tool", "bucket"})
 
     @extend_schema(
         operation_id="metrics_read",
@@ -49,13 +60,13 @@ class MetricsApi(ManagerApi):
                 "since", str, description=f"ISO 8601 ({_IN_UTC}); default: 24 hours ago"
             ),
             OpenApiParameter("until", str, description=f"ISO 8601 ({_IN_UTC}); default: now"),
-            OpenApiParameter("agent", int, description="an agent's id"),
+            OpenApiParameter("agent", AGENT_ID, description="an agent's id"),
             OpenApiParameter("tool", str, description="a tool's name"),
             OpenApiParameter("bucket", str, enum=["hour", "day"], default="hour"),
         ],
         responses={
             200: OpenApiResponse(description="the figures of analytics/selectors.py"),
-            400: ErrorEnvelope,
+            400: OpenApiResponse(ErrorEnvelope, description=_UNSAYABLE),
             401: ErrorEnvelope,
             403: ErrorEnvelope,
             503: OpenApiResponse(
@@ -70,7 +81,7 @@ class MetricsApi(ManagerApi):
         params = request.query_params
         since, until = _range(params, default=DAY)
         agent = params.get("agent")
-        if agent is not None and not agent.isdigit():
+        if agent is not None and not _agent_id(agent):
             raise ValidationError({"agent": "must be an agent's id (a whole number)"})
         bucket = params.get("bucket", "hour")
         if bucket not in {"hour", "day"}:
@@ -100,6 +111,11 @@ class MetricsApi(ManagerApi):
         )
 
 
+def _agent_id(text: str) -> bool:
+    """Whether the text can be an agent's id: ASCII digits that fit the column."""
+    return text.isascii() and text.isdigit() and len(text) < 19
+
+
 def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.astimezone(UTC).isoformat()
 
@@ -127,6 +143,10 @@ def _moment(text: str | None, name: str, *, end: bool) -> datetime | None:
 class PolicyWhatIfApi(ManagerApi):
     authentication_classes = [SessionAuthentication, PersonalTokenAuthentication]
     permission_classes = [IsManager]
+    query_parameters = frozenset({"agent", "since", "until", WINDOW})
+
+    def query_parameter_known(self, name: str) -> bool:
+        return name in self.query_parameters or _DRAFT_THRESHOLD.fullmatch(name) is not None
 
     @extend_schema(
         operation_id="metrics_policy_what_if",
@@ -138,7 +158,7 @@ class PolicyWhatIfApi(ManagerApi):
             + ". Money is in minor units per currency. Nothing executes and nothing is written."
         ),
         parameters=[
-            OpenApiParameter("agent", int, required=True, description="an agent's id"),
+            OpenApiParameter("agent", AGENT_ID, required=True, description="an agent's id"),
             OpenApiParameter(
                 "since", str, description=f"ISO 8601 ({_IN_UTC}); default: 7 days ago"
             ),
@@ -161,7 +181,7 @@ class PolicyWhatIfApi(ManagerApi):
                 description="per outcome, the recorded and the draft's calls and money; the "
                 "calls that would move between outcomes, with examples"
             ),
-            400: ErrorEnvelope,
+            400: OpenApiResponse(ErrorEnvelope, description=_UNSAYABLE),
             401: ErrorEnvelope,
             403: ErrorEnvelope,
             503: OpenApiResponse(
@@ -178,7 +198,7 @@ class PolicyWhatIfApi(ManagerApi):
         agent_id = params.get("agent", "")
         agent = (
             Agent.objects.select_related("current_policy").filter(pk=int(agent_id)).first()
-            if agent_id.isdigit() and len(agent_id) < 19
+            if _agent_id(agent_id)
             else None
         )
         if agent is None:

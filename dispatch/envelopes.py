@@ -30,9 +30,12 @@ class CallEnvelope(BaseModel):
         description="the customer the agent host authenticated; the session is bound to it",
     )
     tool: str = Field(min_length=1, max_length=128, description="the tool name the model chose")
+    # Any JSON value: what the model produced is judged by the pipeline, not refused here. Other
+    # than a string or an object it is a 200 whose code is INVALID_JSON, recorded and told to the
+    # model, which can correct it.
     arguments: Any = Field(
-        description="the model's raw argument text (a string) or a JSON object",
-        json_schema_extra={"oneOf": [{"type": "string"}, {"type": "object"}]},
+        description="the model's raw argument text (a string) or a JSON object; any other JSON "
+        "value is answered 200 with the code INVALID_JSON, which the model can correct",
     )
     context: str = Field(
         default="",

@@ -127,7 +127,7 @@ def test_the_managers_pages_reach_their_own_web_processes_and_the_agents_calls_t
     paths = {
         "manager_page": f"/analytics/?probe={probe}",
         "manager_api": f"/api/v1/metrics?probe={probe}",
-        "agent_api": f"/api/v1/codes?probe={probe}",
+        "agent_api": f"/api/v1/sessions/probe-{probe}/calls",
     }
 
     answers = {
@@ -140,7 +140,7 @@ def test_the_managers_pages_reach_their_own_web_processes_and_the_agents_calls_t
     assert answers["manager_page"].status_code == 302  # to the login
     assert answers["manager_api"].status_code == 403  # an agent's token opens nothing there
     assert answers["manager_api"].json()["error"]["status"] == 403
-    assert answers["agent_api"].status_code == 200
+    assert answers["agent_api"].status_code == 404  # no such session, from the agents' API
     # Each gunicorn writes its access log as it answers.
     wait_until(
         lambda: (
