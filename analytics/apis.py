@@ -21,7 +21,8 @@ from analytics.ranges import DAY, HOUR, moment_in, range_problem
 from analytics.replay import policy_what_if
 from analytics.selectors import call_figures, confirmation_outcomes, rollups_freshness
 from approvals.apis import PersonalTokenAuthentication
-from dispatch.envelopes import ErrorEnvelope
+from dispatch import doors
+from dispatch.envelopes import NO_NUL, ErrorEnvelope
 from dispatch.models import Agent
 from dispatch.pipeline.policy import Policy
 from dispatch.pipeline.what_if import (
@@ -61,7 +62,7 @@ class MetricsApi(ManagerApi):
             ),
             OpenApiParameter("until", str, description=f"ISO 8601 ({_IN_UTC}); default: now"),
             OpenApiParameter("agent", AGENT_ID, description="an agent's id"),
-            OpenApiParameter("tool", str, description="a tool's name"),
+            OpenApiParameter("tool", NO_NUL, description="a tool's name"),
             OpenApiParameter("bucket", str, enum=["hour", "day"], default="hour"),
         ],
         responses={
@@ -83,6 +84,10 @@ class MetricsApi(ManagerApi):
         agent = params.get("agent")
         if agent is not None and not _agent_id(agent):
             raise ValidationError({"agent": "must be an agent's id (a whole number)"})
+        tool = params.get("tool")
+        problem = None if tool is None else doors.unstorable(tool)
+        if problem is not None:
+            raise ValidationError({"tool": problem})
         bucket = params.get("bucket", "hour")
         if bucket not in {"hour", "day"}:
             raise ValidationError({"bucket": "must be hour or day"})
@@ -112,8 +117,8 @@ class MetricsApi(ManagerApi):
 
 
 def _agent_id(text: str) -> bool:
-    """Whether the text can be an agent's id: ASCII digits that fit the column."""
-    return text.isascii() and text.isdigit() and len(text) < 19
+    """Whether the text can be an agent's id: a positive whole number that fits the column."""
+    return text.isascii() and text.isdigit() and len(text) < 19 and int(text) > 0
 
 
 def _iso(moment: datetime | None) -> str | None:

@@ -4,6 +4,7 @@ examples, every finding counted instead of the first one failing the run.
 
     .venv/bin/python bench/fuzz.py                  # 1,200 examples per operation, ~10,800 cases
     .venv/bin/python bench/fuzz.py --examples 200   # a shorter run
+    .venv/bin/python bench/fuzz.py -k metrics       # some operations (pytest's -k)
 
 With the environment of the test suite (DATABASE_URL and the rest; PostgreSQL is what production
 runs). Prints the cases run, the server errors and the schema findings, and exits 1 if there was
@@ -29,6 +30,7 @@ TEST = "tests/e2e/test_schemathesis.py"
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=1200, help="per operation (1200)")
+    parser.add_argument("-k", dest="only", help="only the operations pytest's -k selects")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="toolgate-fuzz-") as directory:
         tally_path = Path(directory) / "tally.json"
@@ -39,7 +41,10 @@ def main() -> int:
         }
         started = time.monotonic()
         completed = subprocess.run(
-            [sys.executable, "-m", "pytest", TEST, "-q", "-p", "no:randomly", "-p", "no:logging"],
+            [
+                *(sys.executable, "-m", "pytest", TEST, "-q", "-p", "no:randomly", "-p"),
+                *("no:logging", *(("-k", options.only) if options.only else ())),
+            ],
             cwd=ROOT,
             env=env,
             check=False,

@@ -16,6 +16,10 @@ CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 HOST_FIELDS = ("session_id", "customer_id", "context")
 
 
+# Text without NUL, which no database stores (the API refuses it with a 400 naming the field).
+NO_NUL = {"type": "string", "pattern": "^[^\\u0000]*$"}
+
+
 class CallEnvelope(BaseModel):
     """POST /api/v1/calls: one raw tool call as the model produced it."""
 
@@ -42,6 +46,7 @@ class CallEnvelope(BaseModel):
         max_length=2000,
         description="optional: what a reviewer should see if the call is held (the customer's own "
         "words, or the agent's summary); shown escaped, never interpreted",
+        json_schema_extra={"pattern": NO_NUL["pattern"]},
     )
 
 

@@ -73,6 +73,8 @@ def test_a_bad_range_is_a_clear_400(manager: Client) -> None:
         ("/api/v1/metrics", {"agent": "\u00b2"}, "agent"),
         ("/api/v1/metrics", {"agent": "9" * 30}, "agent"),
         ("/api/v1/metrics", {"agnt": "1"}, "query"),
+        ("/api/v1/metrics", {"agent": "0"}, "agent"),
+        ("/api/v1/metrics", {"tool": "get\x00order"}, "tool"),
         ("/api/v1/metrics/what-if", {"agent": "\u0661"}, "agent"),
         ("/api/v1/metrics/what-if", {"agent": "1", "BRL_max": "5"}, "query"),
     ],

@@ -86,6 +86,7 @@ class Credentials:
     requests reach past the 404s."""
 
     agent: str
+    agent_id: int
     reviewer: str
     confirmation_ids: list[str]
     session_ids: list[str]
@@ -156,6 +157,7 @@ def credentials(make_agent: MakeAgent, orders: Any) -> Iterator[Credentials]:
         confirmation_ids.append(str(result.data["confirmation_id"]))
     CURRENT["test"] = Credentials(
         agent=token,
+        agent_id=agent.pk,
         reviewer=reviewer_token_create(user=user),
         confirmation_ids=confirmation_ids,
         session_ids=["fuzz-held"],
@@ -180,6 +182,8 @@ def with_real_ids(case: Any, credentials: Credentials, pick: int) -> None:
     if "confirmation_id" in parameters:
         ids = credentials.confirmation_ids
         parameters["confirmation_id"] = ids[pick % len(ids)]
+    if "agent" in (case.query or {}):
+        case.query["agent"] = credentials.agent_id
     if "session_id" in parameters:
         parameters["session_id"] = credentials.session_ids[pick % len(credentials.session_ids)]
     if isinstance(case.body, dict) and "tool" in case.body:
