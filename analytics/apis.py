@@ -26,6 +26,7 @@ from dispatch.envelopes import NO_NUL, ErrorEnvelope
 from dispatch.models import Agent
 from dispatch.pipeline.policy import Policy
 from dispatch.pipeline.what_if import (
+    DRAFT_FIELDS,
     OUTCOMES,
     DraftError,
     Tally,
@@ -37,6 +38,17 @@ from dispatch.pipeline.what_if import (
 _DRAFT_THRESHOLD = re.compile(r"[A-Z]{3}_(?:" + "|".join(THRESHOLDS) + ")")
 
 AGENT_ID = {"type": "integer", "minimum": 1, "maximum": 10**18 - 1}
+# The page sends every field, an empty one meaning "as the policy has it"; so may the API.
+_WINDOW_SCHEMA = {
+    "anyOf": [
+        {
+            "type": "integer",
+            "minimum": DRAFT_FIELDS[WINDOW][0],
+            "maximum": DRAFT_FIELDS[WINDOW][1],
+        },
+        {"type": "string", "maxLength": 0},
+    ]
+}
 # What no schema can say of a request, answered 400 with the parameter named.
 _UNSAYABLE = (
     "a time that is not one, a since not before its until, a range over a year, an agent that "
@@ -169,7 +181,10 @@ class PolicyWhatIfApi(ManagerApi):
             ),
             OpenApiParameter("until", str, description=f"ISO 8601 ({_IN_UTC}); default: now"),
             OpenApiParameter(
-                WINDOW, int, description="the draft's window of the customer's sum, in seconds"
+                WINDOW,
+                _WINDOW_SCHEMA,
+                description="the draft's window of the customer's sum, in seconds; empty: the "
+                "policy's own",
             ),
             OpenApiParameter(
                 "{CUR}_{threshold}",
