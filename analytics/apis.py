@@ -26,16 +26,39 @@ from analytics.ranges import DAY, HOUR, moment_in, range_problem
 from analytics.replay import policy_what_if
 from analytics.selectors import call_figures, confirmation_outcomes, rollups_freshness
 from approvals.apis import PersonalTokenAuthentication
-from dispatch.envelopes import ErrorEnvelope
+from dispatch import doors
+from dispatch.envelopes import NO_NUL, ErrorEnvelope
 from dispatch.models import Agent
 from dispatch.pipeline.allowance import HoldReason
 from dispatch.pipeline.policy import Policy
 from dispatch.pipeline.what_if import (
+    DRAFT_FIELDS,
     OUTCOMES,
     DraftError,
     Tally,
     WhatIf,
     draft_of,
+)
+
+# A currency's draft threshold, such as BRL_auto_approve_below.
+_DRAFT_THRESHOLD = re.compile(r"[A-Z]{3}_(?:" + "|".join(THRESHOLDS) + ")")
+
+AGENT_ID = {"type": "integer", "minimum": 1, "maximum": 10**18 - 1}
+# The page sends every field, an empty one meaning "as the policy has it"; so may the API.
+_WINDOW_SCHEMA = {
+    "anyOf": [
+        {
+            "type": "integer",
+            "minimum": DRAFT_FIELDS[WINDOW][0],
+            "maximum": DRAFT_FIELDS[WINDOW][1],
+        },
+        {"type": "string", "maxLength": 0},
+    ]
+}
+# What no schema can say of a request, answered 400 with the parameter named.
+_UNSAYABLE = (
+    "a time that is not one, a since not before its until, a range over a year, an agent that "
+    "does not exist or has no policy, a draft value out of range, or an unknown query parameter"
 )
 
 # What the API says of the times it reads and writes.
@@ -46,6 +69,7 @@ _IN_UTC = "a time without an offset is UTC; a date alone is that whole UTC day"
 class MetricsApi(ManagerApi):
     authentication_classes = [SessionAuthentication, PersonalTokenAuthentication]
     permission_classes = [IsManager]
+    query_parameters = frozenset({"since", "until", "agent", "tool", "bucket"})
 
     @extend_schema(
         operation_id="metrics_read",
@@ -55,13 +79,13 @@ class MetricsApi(ManagerApi):
                 "since", str, description=f"ISO 8601 ({_IN_UTC}); default: 24 hours ago"
             ),
             OpenApiParameter("until", str, description=f"ISO 8601 ({_IN_UTC}); default: now"),
-            OpenApiParameter("agent", int, description="an agent's id"),
-            OpenApiParameter("tool", str, description="a tool's name"),
+            OpenApiParameter("agent", AGENT_ID, description="an agent's id"),
+            OpenApiParameter("tool", NO_NUL, description="a tool's name"),
             OpenApiParameter("bucket", str, enum=["hour", "day"], default="hour"),
         ],
         responses={
             200: OpenApiResponse(description="the figures of analytics/selectors.py"),
-            400: ErrorEnvelope,
+            400: OpenApiResponse(ErrorEnvelope, description=_UNSAYABLE),
             401: ErrorEnvelope,
             403: ErrorEnvelope,
             429: OpenApiResponse(
@@ -80,8 +104,12 @@ class MetricsApi(ManagerApi):
         params = request.query_params
         since, until = _range(params, default=DAY)
         agent = params.get("agent")
-        if agent is not None and not agent.isdigit():
+        if agent is not None and not _agent_id(agent):
             raise ValidationError({"agent": "must be an agent's id (a whole number)"})
+        tool = params.get("tool")
+        problem = None if tool is None else doors.unstorable(tool)
+        if problem is not None:
+            raise ValidationError({"tool": problem})
         bucket = params.get("bucket", "hour")
         if bucket not in {"hour", "day"}:
             raise ValidationError({"bucket": "must be hour or day"})
@@ -108,6 +136,11 @@ class MetricsApi(ManagerApi):
                 "confirmations": confirmation_outcomes(**window),
             }
         )
+
+
+def _agent_id(text: str) -> bool:
+    """Whether the text can be an agent's id: a positive whole number that fits the column."""
+    return text.isascii() and text.isdigit() and len(text) < 19 and int(text) > 0
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -137,6 +170,10 @@ def _moment(text: str | None, name: str, *, end: bool) -> datetime | None:
 class PolicyWhatIfApi(ManagerApi):
     authentication_classes = [SessionAuthentication, PersonalTokenAuthentication]
     permission_classes = [IsManager]
+    query_parameters = frozenset({"agent", "since", "until", WINDOW})
+
+    def query_parameter_known(self, name: str) -> bool:
+        return name in self.query_parameters or _DRAFT_THRESHOLD.fullmatch(name) is not None
 
     @extend_schema(
         operation_id="metrics_policy_what_if",
@@ -148,13 +185,16 @@ class PolicyWhatIfApi(ManagerApi):
             + ". Money is in minor units per currency. Nothing executes and nothing is written."
         ),
         parameters=[
-            OpenApiParameter("agent", int, required=True, description="an agent's id"),
+            OpenApiParameter("agent", AGENT_ID, required=True, description="an agent's id"),
             OpenApiParameter(
                 "since", str, description=f"ISO 8601 ({_IN_UTC}); default: 7 days ago"
             ),
             OpenApiParameter("until", str, description=f"ISO 8601 ({_IN_UTC}); default: now"),
             OpenApiParameter(
-                WINDOW, int, description="the draft's window of the customer's sum, in seconds"
+                WINDOW,
+                _WINDOW_SCHEMA,
+                description="the draft's window of the customer's sum, in seconds; empty: the "
+                "policy's own",
             ),
             OpenApiParameter(
                 "{CUR}_{threshold}",
@@ -171,7 +211,7 @@ class PolicyWhatIfApi(ManagerApi):
                 description="per outcome, the recorded and the draft's calls and money; the "
                 "calls that would move between outcomes, with examples"
             ),
-            400: ErrorEnvelope,
+            400: OpenApiResponse(ErrorEnvelope, description=_UNSAYABLE),
             401: ErrorEnvelope,
             403: ErrorEnvelope,
             429: OpenApiResponse(
@@ -192,7 +232,7 @@ class PolicyWhatIfApi(ManagerApi):
         agent_id = params.get("agent", "")
         agent = (
             Agent.objects.select_related("current_policy").filter(pk=int(agent_id)).first()
-            if agent_id.isdigit() and len(agent_id) < 19
+            if _agent_id(agent_id)
             else None
         )
         if agent is None:

@@ -68,13 +68,23 @@ class DecisionInvalid(APIException):
     default_code = "invalid_decision"
 
 
+NOT_ONLY_SPACES = (
+    "[^\\t\\n\\u000b\\u000c\\r\\u001c-\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a"
+    "\\u2028\\u2029\\u202f\\u205f\\u3000]"
+)
+
+
 class RejectRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, title="RejectRequest")
 
     reason: str = Field(
         min_length=1,
         max_length=1000,
-        description="why it is rejected; the agent's model reads it in the result's message",
+        description="why it is rejected, with something other than spaces (a 400 otherwise); "
+        "the agent's model reads it in the result's message",
+        # A character that is not whitespace as the service reads it (Python's str.split()),
+        # spelt out so that every regular-expression dialect reads it the same.
+        json_schema_extra={"pattern": NOT_ONLY_SPACES},
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -59,6 +59,10 @@ ERRORS = {
     500: OpenApiResponse(ErrorEnvelope, description="unexpected error; `error_id` is in the log"),
     503: OpenApiResponse(ErrorEnvelope, description="the database is unavailable; retryable"),
 }
+# What an operation that takes no query parameter answers to one.
+QUERY_REFUSED = {
+    400: OpenApiResponse(ErrorEnvelope, description="a query parameter (it takes none)")
+}
 
 
 class JsonOnly(DefaultContentNegotiation):
@@ -74,6 +78,25 @@ class JsonOnly(DefaultContentNegotiation):
 class JsonApi(APIView):
     renderer_classes = [JSONRenderer]
     content_negotiation_class = JsonOnly
+    # The query parameters the operation documents. Any other is refused with a 400, as an
+    # unknown field of a body is: a misspelt `limt=5` is said, never silently ignored.
+    query_parameters: ClassVar[frozenset[str]] = frozenset()
+
+    def query_parameter_known(self, name: str) -> bool:
+        return name in self.query_parameters
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        # After authentication and permissions: who may not call it learns nothing of it.
+        super().initial(request, *args, **kwargs)
+        unknown = sorted(
+            name for name in request.query_params if not self.query_parameter_known(name)
+        )
+        if unknown:
+            shown = ", ".join(repr(name[:32]) for name in unknown[:5])
+            known = ", ".join(sorted(self.query_parameters)) or "none"
+            raise DRFValidationError(
+                {"query": f"unknown parameter {shown}; this operation takes {known}"}
+            )
 
 
 class AgentApi(JsonApi):
@@ -123,7 +146,9 @@ class CallCreateApi(AgentApi):
         responses={
             200: CallResultDoc,
             400: OpenApiResponse(
-                ErrorEnvelope, description="malformed envelope or Idempotency-Key"
+                ErrorEnvelope,
+                description="malformed envelope or Idempotency-Key, or a query parameter (it "
+                "takes none)",
             ),
             409: OpenApiResponse(
                 ErrorEnvelope,
@@ -280,6 +305,8 @@ def _rendered(result: CallResult) -> bytes:
 
 
 class ToolListApi(AgentApi):
+    query_parameters = frozenset({"format"})
+
     @extend_schema(
         operation_id="tools_list",
         summary="The tools this agent may call",
@@ -302,7 +329,7 @@ class ToolListApi(AgentApi):
         ],
         responses={
             200: ToolListDoc,
-            400: OpenApiResponse(ErrorEnvelope, description="unknown format"),
+            400: OpenApiResponse(ErrorEnvelope, description="unknown format or query parameter"),
             **ERRORS,
         },
     )
@@ -320,7 +347,7 @@ class CodeListApi(AgentApi):
     @extend_schema(
         operation_id="codes_list",
         summary="The catalogue of result codes",
-        responses={200: CodeCatalogueDoc, **ERRORS},
+        responses={200: CodeCatalogueDoc, **QUERY_REFUSED, **ERRORS},
     )
     def get(self, request: Request) -> Response:
         return Response({"codes": [code.as_dict() for code in tool_registry.catalogue]})
@@ -332,6 +359,9 @@ class NotFoundApi(JsonApi):
     authentication_classes = []
     permission_classes = [AllowAny]
 
+    def query_parameter_known(self, name: str) -> bool:
+        return True
+
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
         raise NotFound("The agent API has no such endpoint; GET /api/schema/ lists them.")
@@ -340,6 +370,25 @@ class NotFoundApi(JsonApi):
 class SessionCallsPagination(LimitOffsetPagination):
     default_limit = 100
     max_limit = 500
+
+    def get_limit(self, request: Request) -> int:
+        return _whole_number(request, self.limit_query_param, self.default_limit, 1, self.max_limit)
+
+    def get_offset(self, request: Request) -> int:
+        return _whole_number(request, self.offset_query_param, 0, 0, 2**31 - 1)
+
+
+def _whole_number(request: Request, name: str, default: int, low: int, high: int) -> int:
+    """A query parameter that must be a whole number in [low, high] if given: anything else is
+    a 400 naming it, never a silent default."""
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not (text.isascii() and text.isdigit() and low <= int(text) <= high):
+        raise DRFValidationError(
+            {name: f"must be a whole number from {low} to {high}, not {text[:32]!r}"}
+        )
+    return int(text)
 
 
 def _call_as_dict(record: AuditRecord) -> dict[str, Any]:
@@ -360,14 +409,32 @@ def _call_as_dict(record: AuditRecord) -> dict[str, Any]:
 
 
 class SessionCallsApi(AgentApi):
+    query_parameters = frozenset({"limit", "offset"})
+
     @extend_schema(
         operation_id="session_calls_list",
         summary="This agent's calls in one session, in order",
         parameters=[
-            OpenApiParameter("limit", int, description="page size (default 100, at most 500)"),
-            OpenApiParameter("offset", int, description="calls to skip"),
+            OpenApiParameter(
+                "limit",
+                {"type": "integer", "minimum": 1, "maximum": 500},
+                description="page size (default 100, at most 500)",
+            ),
+            OpenApiParameter(
+                "offset",
+                {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+                description="calls to skip (default 0)",
+            ),
         ],
-        responses={200: SessionCallsDoc, 404: ErrorEnvelope, **ERRORS},
+        responses={
+            200: SessionCallsDoc,
+            400: OpenApiResponse(
+                ErrorEnvelope,
+                description="a limit or offset out of range, or an unknown query parameter",
+            ),
+            404: ErrorEnvelope,
+            **ERRORS,
+        },
     )
     def get(self, request: Request, session_id: str) -> Response:
         agent = self.agent(request)
@@ -399,7 +466,7 @@ class ConfirmationDetailApi(AgentApi):
     @extend_schema(
         operation_id="confirmations_retrieve",
         summary="The state of a held call of this agent, and its final result",
-        responses={200: ConfirmationDoc, 404: ErrorEnvelope, **ERRORS},
+        responses={200: ConfirmationDoc, **QUERY_REFUSED, 404: ErrorEnvelope, **ERRORS},
     )
     def get(self, request: Request, confirmation_id: str) -> Response:
         confirmation = (

@@ -16,6 +16,10 @@ CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 HOST_FIELDS = ("session_id", "customer_id", "context")
 
 
+# Text without NUL, which no database stores (the API refuses it with a 400 naming the field).
+NO_NUL = {"type": "string", "pattern": "^[^\\u0000]*$"}
+
+
 class CallEnvelope(BaseModel):
     """POST /api/v1/calls: one raw tool call as the model produced it."""
 
@@ -30,15 +34,19 @@ class CallEnvelope(BaseModel):
         description="the customer the agent host authenticated; the session is bound to it",
     )
     tool: str = Field(min_length=1, max_length=128, description="the tool name the model chose")
+    # Any JSON value: what the model produced is judged by the pipeline, not refused here. Other
+    # than a string or an object it is a 200 whose code is INVALID_JSON, recorded and told to the
+    # model, which can correct it.
     arguments: Any = Field(
-        description="the model's raw argument text (a string) or a JSON object",
-        json_schema_extra={"oneOf": [{"type": "string"}, {"type": "object"}]},
+        description="the model's raw argument text (a string) or a JSON object; any other JSON "
+        "value is answered 200 with the code INVALID_JSON, which the model can correct",
     )
     context: str = Field(
         default="",
         max_length=2000,
         description="optional: what a reviewer should see if the call is held (the customer's own "
         "words, or the agent's summary); shown escaped, never interpreted",
+        json_schema_extra={"pattern": NO_NUL["pattern"]},
     )
 
 

@@ -67,6 +67,27 @@ def test_a_bad_range_is_a_clear_400(manager: Client) -> None:
     assert "ISO 8601" in response.json()["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("path", "query", "named"),
+    [
+        ("/api/v1/metrics", {"agent": "\u00b2"}, "agent"),
+        ("/api/v1/metrics", {"agent": "9" * 30}, "agent"),
+        ("/api/v1/metrics", {"agnt": "1"}, "query"),
+        ("/api/v1/metrics", {"agent": "0"}, "agent"),
+        ("/api/v1/metrics", {"tool": "get\x00order"}, "tool"),
+        ("/api/v1/metrics/what-if", {"agent": "\u0661"}, "agent"),
+        ("/api/v1/metrics/what-if", {"agent": "1", "BRL_max": "5"}, "query"),
+    ],
+)
+def test_an_agent_id_or_a_parameter_that_is_not_one_is_a_clear_400(
+    manager: Client, path: str, query: dict[str, str], named: str
+) -> None:
+    response = manager.get(path, query)
+
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["message"].startswith(f"{named}:")
+
+
 def test_a_manager_asks_what_a_looser_policy_would_have_done(
     make_agent: MakeAgent, manager: Client
 ) -> None:

@@ -92,8 +92,8 @@ def site(site_directory: Path) -> Iterator[Site]:
         unavailable(f"needs a PostgreSQL role that creates roles and databases, not {cluster.user}")
     production = Production(database=database, directory=site_directory, https_port=free_port())
     try:
-        production.manage("migrate", "--noinput", role=database.owner)
-        production.manage("db_roles", "--app-role", database.app, role=database.owner)
+        production.manage("migrate", "--noinput")
+        production.manage("db_roles", "--app-role", database.app)
         output = production.manage(
             "create_agent",
             "site-agent",
@@ -104,7 +104,6 @@ def site(site_directory: Path) -> Iterator[Site]:
             "BRL:50",
             "USD:50",
             "EUR:50",
-            role=database.app,
         )
         yield Site(database=database, production=production, token=printed_token(output))
     finally:
@@ -120,7 +119,7 @@ def site_app(site: Site) -> Iterator[App]:
         redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
     except redis.RedisError:
         unavailable(f"needs Redis at {REDIS_URL}: the production cache and broker")
-    site.production.manage("collectstatic", "--noinput", role=site.database.app)
+    site.production.manage("collectstatic", "--noinput")
     # Readable by nginx's workers whatever the umask, as docs/deploy.md asks of STATIC_ROOT.
     subprocess.run(["chmod", "-R", "a+rX", str(site.production.static_root)], check=True)
     port = free_port()

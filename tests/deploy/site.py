@@ -1,9 +1,12 @@
 """A production site on this machine, built in the order docs/deploy.md gives.
 
-PostgreSQL roles and a database of its own, `migrate` as the owner, `db_roles`, `collectstatic`
-into a temporary STATIC_ROOT, gunicorn on the production settings as the application role, and
-nginx in front with deploy/nginx/toolgate.conf and a self-signed certificate made for the purpose.
-Every process is started here and stopped by its own pid; everything listens on 127.0.0.1.
+The environment files of its step 1, read from the page itself (the site's own values where the
+page has placeholders, the page's where it has none, so that a setting the page drops is dropped
+here too), PostgreSQL roles and a database of its own, every command as the role the page's table
+names for it, `migrate` as the owner, `db_roles`, `collectstatic` into a temporary STATIC_ROOT,
+gunicorn on the production settings with its unit's own settings, and nginx in front with
+deploy/nginx/toolgate.conf and a self-signed certificate made for the purpose. Every process is
+started here and stopped by its own pid; everything listens on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import psycopg
 import requests
 
 ROOT = Path(__file__).resolve().parents[2]
+DEPLOY_DOC = ROOT / "docs" / "deploy.md"
 NGINX_SITE = ROOT / "deploy" / "nginx" / "toolgate.conf"
 GUNICORN_CONF = ROOT / "deploy" / "gunicorn.conf.py"
 SERVER_NAME = "localhost"
@@ -239,8 +243,57 @@ class SiteDatabase:
         return [code for (code,) in rows]
 
 
+# docs/deploy.md, step 1 ---------------------------------------------------------------------
+
+
+def _step_one() -> str:
+    text = DEPLOY_DOC.read_text()
+    start = text.index("\n## 1. ")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def _assignments(block: str) -> dict[str, str]:
+    """KEY=VALUE lines, as `set -a; . file` reads them (comments and blanks left out)."""
+    values = {}
+    for line in block.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            key, _, value = line.partition("=")
+            values[key] = value
+    return values
+
+
+def doc_environment() -> tuple[dict[str, str], dict[str, str]]:
+    """The shared environment file and the owner's, as docs/deploy.md's step 1 gives them."""
+    blocks = re.findall(r"```sh\n(.*?)```", _step_one(), flags=re.DOTALL)
+    shared, owner = (_assignments(block) for block in blocks[:2])
+    return shared, owner
+
+
+def doc_roles() -> dict[str, str]:
+    """What each command runs as ("owner" or "app"), from the table of docs/deploy.md's step 1:
+    `migrate`, `gunicorn`, `celery worker`, `mcp_serve`, ..."""
+    roles = {}
+    for row in re.findall(r"^\|(.+)\|$", _step_one(), flags=re.MULTILINE):
+        what, runs_as, *_ = (cell.strip() for cell in row.split("|"))
+        if runs_as not in ("owner", "app"):
+            continue
+        names = [span.removeprefix("manage.py ").split() for span in re.findall(r"`([^`]+)`", what)]
+        for words in names:
+            name = " ".join(words[:2]) if words[0] == "celery" else words[0]
+            roles[name] = runs_as
+        if what.startswith("gunicorn"):
+            roles["gunicorn"] = runs_as
+    return roles
+
+
 class Production:
-    """The environment and the commands of the production settings, for one site."""
+    """The environment and the commands of the production settings, for one site: two files as
+    docs/deploy.md's step 1 writes them, the shared one and the owner's, and each command with the
+    role the page gives it."""
+
+    # Per unit, never in the shared file (docs/deploy.md, step 1).
+    UNIT_SETTINGS = ("GUNICORN_BIND", "WEB_CONCURRENCY", "GUNICORN_TIMEOUT")
 
     def __init__(self, *, database: SiteDatabase, directory: Path, https_port: int):
         self.database = database
@@ -248,30 +301,61 @@ class Production:
         self.static_root = directory / "static"
         self.https_port = https_port
         self.secret_key = secrets.token_urlsafe(50)
+        self.env_file = directory / "env"
+        self.owner_env_file = directory / "owner-env"
+        self._write_env_files()
+
+    def _write_env_files(self) -> None:
+        shared, owner = doc_environment()
+        # The site's values for the page's placeholders; every other value is the page's own.
+        site = {
+            "SECRET_KEY": self.secret_key,
+            "ALLOWED_HOSTS": SERVER_NAME,
+            "CSRF_TRUSTED_ORIGINS": f"https://{SERVER_NAME}:{self.https_port}",
+            "DATABASE_URL": self.database.url(self.database.app),
+            "CACHE_URL": REDIS_URL,
+            "CELERY_BROKER_URL": REDIS_URL,
+            "STATIC_ROOT": str(self.static_root),
+        }
+        missing = sorted(set(site) - set(shared))
+        assert not missing, f"docs/deploy.md's /etc/toolgate/env no longer sets {missing}"
+        assert set(owner) == {"DATABASE_URL"}, owner
+        assert not set(self.UNIT_SETTINGS) & set(shared), "a unit's own setting in the shared file"
+        self.env_file.write_text("".join(f"{k}={site.get(k, v)}\n" for k, v in shared.items()))
+        self.owner_env_file.write_text(f"DATABASE_URL={self.database.url(self.database.owner)}\n")
 
     def env(self, *, role: str) -> dict[str, str]:
+        """This process's environment without the site's settings, then the shared file, then
+        the owner's where `role` is the owner (docs/deploy.md, step 1)."""
         env = {
             key: value
             for key, value in os.environ.items()
-            if not key.startswith(("DJANGO_", "DATABASE_", "CELERY_", "CACHE_"))
+            if not key.startswith(("DJANGO_", "DATABASE_", "CELERY_", "CACHE_", "TOOLGATE_"))
+            and key not in self.UNIT_SETTINGS
         }
-        env.update(
-            DJANGO_SETTINGS_MODULE="toolgate.settings.production",
-            SECRET_KEY=self.secret_key,
-            DATABASE_URL=self.database.url(role),
-            ALLOWED_HOSTS=SERVER_NAME,
-            CSRF_TRUSTED_ORIGINS=f"https://{SERVER_NAME}:{self.https_port}",
-            STATIC_ROOT=str(self.static_root),
-            CACHE_URL=REDIS_URL,
-            CELERY_BROKER_URL=REDIS_URL,
-        )
+        env.update(_assignments(self.env_file.read_text()))
+        if role == self.database.owner:
+            env.update(_assignments(self.owner_env_file.read_text()))
+        else:
+            assert role == self.database.app, role
         return env
 
-    def manage(self, *args: str, role: str, **env: str) -> str:
+    def role_of(self, command: str) -> str:
+        """The database role docs/deploy.md runs the command as."""
+        roles = doc_roles()
+        assert command in roles, f"docs/deploy.md does not say what {command} runs as"
+        return self.database.owner if roles[command] == "owner" else self.database.app
+
+    def env_of(self, command: str) -> dict[str, str]:
+        return self.env(role=self.role_of(command))
+
+    def manage(self, *args: str, role: str | None = None, **env: str) -> str:
+        """manage.py with the environment of the role docs/deploy.md gives the command (or
+        `role`, for what a test runs on purpose as another)."""
         completed = subprocess.run(
             [sys.executable, "manage.py", *args],
             cwd=ROOT,
-            env={**self.env(role=role), **env},
+            env={**self.env(role=role or self.role_of(args[0])), **env},
             capture_output=True,
             text=True,
             timeout=300,
@@ -289,9 +373,10 @@ class Production:
         nice: int = 0,
         env: Mapping[str, str] | None = None,
     ) -> Service:
-        """gunicorn on the production settings as the application role; `env` is more of its
-        environment (or the settings it changes)."""
-        environment = self.env(role=self.database.app)
+        """gunicorn as the doc's unit runs it; `env` is more of its environment (or the settings
+        it changes)."""
+        environment = self.env_of("gunicorn")
+        # The unit's own Environment= line.
         environment.update(GUNICORN_BIND=f"127.0.0.1:{port}", WEB_CONCURRENCY=str(workers))
         environment.update(env or {})
         command = [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONF), "toolgate.wsgi"]

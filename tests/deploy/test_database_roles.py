@@ -279,11 +279,11 @@ def test_db_roles_takes_back_a_privilege_granted_by_hand(site: Site) -> None:
     with database.connect(database.owner) as owner:
         owner.execute(f'GRANT TRUNCATE, UPDATE ON orders_refund TO "{database.app}"')
     with pytest.raises(RuntimeError, match="it has TRUNCATE on orders_refund"):
-        production.manage("db_roles", "--app-role", database.app, "--check", role=database.owner)
+        production.manage("db_roles", "--app-role", database.app, "--check")
 
-    production.manage("db_roles", "--app-role", database.app, role=database.owner)
+    production.manage("db_roles", "--app-role", database.app)
 
-    production.manage("db_roles", "--app-role", database.app, "--check", role=database.owner)
+    production.manage("db_roles", "--app-role", database.app, "--check")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         _as_app(site, "UPDATE orders_refund SET amount_cents = 1")
 

@@ -82,7 +82,6 @@ def test_an_admin_created_as_the_docs_say_logs_in_through_nginx(
         "site-admin",
         "--email",
         "admin@example.com",
-        role=site.database.app,
         DJANGO_SUPERUSER_PASSWORD=password,
     )
     login = f"{proxy_client.base_url}/admin/login/"
@@ -127,7 +126,7 @@ def test_the_managers_pages_reach_their_own_web_processes_and_the_agents_calls_t
     paths = {
         "manager_page": f"/analytics/?probe={probe}",
         "manager_api": f"/api/v1/metrics?probe={probe}",
-        "agent_api": f"/api/v1/codes?probe={probe}",
+        "agent_api": f"/api/v1/sessions/probe-{probe}/calls",
     }
 
     answers = {
@@ -140,7 +139,7 @@ def test_the_managers_pages_reach_their_own_web_processes_and_the_agents_calls_t
     assert answers["manager_page"].status_code == 302  # to the login
     assert answers["manager_api"].status_code == 403  # an agent's token opens nothing there
     assert answers["manager_api"].json()["error"]["status"] == 403
-    assert answers["agent_api"].status_code == 200
+    assert answers["agent_api"].status_code == 404  # no such session, from the agents' API
     # Each gunicorn writes its access log as it answers.
     wait_until(
         lambda: (
@@ -213,15 +212,15 @@ def celery_command() -> list[str]:
 
 @pytest.fixture
 def celery_processes(site_app: App) -> Iterator[tuple[Service, Service, str]]:
-    """A worker and beat as docs/deploy.md starts them, as the application role."""
+    """A worker and beat as docs/deploy.md starts them, with the role and the environment it
+    gives them."""
     production = site_app.site.production
-    env = production.env(role=site_app.site.database.app)
     name = f"toolgate-test-{secrets.token_hex(4)}@localhost"
     celery = celery_command()
     worker = Service(
         "celery worker",
         [*celery, "worker", "--pool", "solo", "--hostname", name, "--loglevel", "INFO"],
-        env=env,
+        env=production.env_of("celery worker"),
         log=production.directory / "celery-worker.log",
     )
     beat = Service(
@@ -234,7 +233,7 @@ def celery_processes(site_app: App) -> Iterator[tuple[Service, Service, str]]:
             "--schedule",
             str(production.directory / "celerybeat-schedule"),
         ],
-        env=env,
+        env=production.env_of("celery beat"),
         log=production.directory / "celery-beat.log",
     )
     try:
@@ -253,7 +252,7 @@ def test_the_worker_and_beat_run_on_the_production_settings(
     wait_until(lambda: "beat: Starting" in beat.log_tail(), what="celery beat", process=beat)
     ping = subprocess.run(
         [*celery_command(), "inspect", "ping", "--destination", name, "--timeout", "10"],
-        env=site_app.site.production.env(role=site_app.site.database.app),
+        env=site_app.site.production.env_of("celery worker"),
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -115,7 +115,10 @@ class Command(BaseCommand):
         import uvicorn
 
         self.stderr.write(f"MCP over streamable HTTP at http://{host}:{port}{mcp.HTTP_PATH}")
-        uvicorn.run(mcp.http_app(host=host), host=host, port=port, log_level="warning")
+        # One process, always: the MCP sessions live in its memory, where a second process would
+        # not find them. uvicorn would otherwise take its number of processes from
+        # WEB_CONCURRENCY, which is gunicorn's, and refuse to start with more than one.
+        uvicorn.run(mcp.http_app(host=host), host=host, port=port, log_level="warning", workers=1)
 
 
 def _refused(agent: Agent | None, status: int, reason: str, message: str) -> CommandError:

@@ -217,6 +217,42 @@ def test_a_sessions_calls_are_paginated_with_limit_and_offset(api: AgentClient) 
     assert [c["call_id"] for c in pages] == [a["call_id"] for a in answers]
 
 
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ({"limit": "abc"}, "limit"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "501"}, "limit"),
+        ({"limit": "-1"}, "limit"),
+        ({"limit": "\u0662"}, "limit"),
+        ({"offset": "1.5"}, "offset"),
+        ({"offset": ""}, "offset"),
+        ({"limt": "5"}, "query"),
+    ],
+)
+def test_a_page_size_or_offset_that_is_not_one_is_a_400_naming_it(
+    api: AgentClient, query: dict[str, str], named: str
+) -> None:
+    api.call("get_order", {"order_id": "ORD-1001"})
+
+    response = api.get("/api/v1/sessions/s-1/calls", **query)
+
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["code"], error["retryable"]) == ("invalid", False)
+    assert error["message"].startswith(f"{named}:"), error["message"]
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/v1/codes", "/api/v1/tools", "/api/v1/confirmations/nothing"]
+)
+def test_a_query_parameter_an_operation_does_not_take_is_a_400(api: AgentClient, path: str) -> None:
+    response = api.get(path, formt="openai")
+
+    assert response.status_code == 400, response.text
+    assert "unknown parameter 'formt'" in response.json()["error"]["message"]
+
+
 def test_another_agents_session_is_a_404_like_a_missing_one(
     api: AgentClient, make_agent: MakeAgent, client_for: ClientFor
 ) -> None:
