@@ -68,9 +68,7 @@ class SecurityEventFilter(django_filters.FilterSet):
 
 
 class OrderFilter(django_filters.FilterSet):
-    order = django_filters.CharFilter(
-        field_name="order_id", lookup_expr="icontains", label="Order"
-    )
+    order = django_filters.CharFilter(field_name="order_id", lookup_expr="icontains", label="Order")
     customer = django_filters.CharFilter(field_name="customer_id", label="Customer")
     currency = django_filters.ChoiceFilter(choices=Currency.choices, empty_label="Any currency")
     refunded = django_filters.ChoiceFilter(

@@ -3,12 +3,14 @@ currency's own format, ids that never wrap, and the detail one click away."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
 import django_tables2 as tables
 from django.db.models import Prefetch, QuerySet
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -16,7 +18,7 @@ from approvals.models import ConfirmationEvent
 from approvals.money import money
 from approvals.selectors import deciders, effective_status
 from approvals.tables import confirmation_subject
-from approvals.templatetags.review import moment, status_pill
+from approvals.templatetags.review import status_pill
 from dispatch.models import Confirmation, SecurityEvent
 from dispatch.registry import tool_registry
 from orders.models import Order
@@ -30,8 +32,25 @@ def filtered_url(name: str, **params: str) -> str:
     return reverse(name) + "?" + urlencode(params)
 
 
-def _when(value: Any) -> SafeString | str:
-    return moment(value, precise=True)
+# Characters of a long id shown in a row; the whole id is on hover and on its page.
+ID_SHOWN = 10
+
+
+def _when(value: datetime | None) -> SafeString | str:
+    """The local date and time, short (4 Dec 14:02), with the exact one on hover."""
+    if value is None:
+        return "—"
+    local = timezone.localtime(value)
+    exact = local.strftime("%Y-%m-%d %H:%M:%S ") + (local.tzname() or "")
+    short = f"{local.day} {local:%b %H:%M}"
+    if local.year != timezone.localtime().year:
+        short = f"{local.day} {local:%b %Y %H:%M}"
+    return format_html('<time datetime="{}" title="{}">{}</time>', value.isoformat(), exact, short)
+
+
+def short_id(value: str) -> SafeString:
+    shown = value if len(value) <= ID_SHOWN else value[:ID_SHOWN] + "…"
+    return format_html('<code title="{}">{}</code>', value, shown)
 
 
 # django-tables2 ships no types.
@@ -40,7 +59,7 @@ class ConfirmationTable(tables.Table):  # type: ignore[misc]
     amount_cents = tables.Column(verbose_name="Amount", attrs=NUM)
     subject = tables.Column(verbose_name="For", empty_values=(), orderable=False)
     customer_id = tables.Column(verbose_name="Customer", attrs=ID)
-    agent = tables.Column(verbose_name="Agent", order_by=("agent__name",))
+    agent = tables.Column(verbose_name="Agent", order_by=("agent__name",), attrs=ID)
     status = tables.Column(verbose_name="Status")
     reviewers = tables.Column(verbose_name="Reviewers", empty_values=(), orderable=False)
     id = tables.Column(verbose_name="Confirmation", attrs=ID)
@@ -76,7 +95,9 @@ class ConfirmationTable(tables.Table):  # type: ignore[misc]
         spec = tool_registry.get(record.tool)
         action = spec.title if spec is not None else record.tool
         subject = confirmation_subject(record)
-        return f"{action} · {subject}" if subject else action
+        if not subject:
+            return action
+        return format_html('{} · <span class="id">{}</span>', action, subject)
 
     def render_customer_id(self, value: str) -> SafeString:
         url = filtered_url("records:confirmations", customer=value)
@@ -89,8 +110,9 @@ class ConfirmationTable(tables.Table):  # type: ignore[misc]
         return ", ".join(deciders(record.events.all())) or "—"
 
     def render_id(self, value: str) -> SafeString:
+        url = reverse("records:confirmation", args=[value])
         return format_html(
-            '<a href="{}"><code>{}</code></a>', reverse("records:confirmation", args=[value]), value
+            '<a href="{}" aria-label="Confirmation {}">{}</a>', url, value, short_id(value)
         )
 
 
@@ -98,7 +120,7 @@ class SecurityEventTable(tables.Table):  # type: ignore[misc]
     at = tables.Column(verbose_name="When")
     status = tables.Column(verbose_name="Status", attrs=NUM)
     reason = tables.Column(verbose_name="Reason", attrs=ID)
-    agent = tables.Column(verbose_name="Agent", order_by=("agent__name",), default="—")
+    agent = tables.Column(verbose_name="Agent", order_by=("agent__name",), default="—", attrs=ID)
     client_address = tables.Column(verbose_name="Address", attrs=ID, default="—")
     request = tables.Column(verbose_name="Request", empty_values=(), orderable=False)
     detail = tables.Column(verbose_name="Detail", attrs={"td": {"class": "why"}}, default="—")

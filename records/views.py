@@ -88,6 +88,8 @@ def confirmation(request: HttpRequest, confirmation_id: str) -> HttpResponse:
             "c": held,
             "call": call,
             "order": order,
+            "customer_orders_url": filtered_url("records:orders", customer=held.customer_id),
+            "customer_held_url": filtered_url("records:confirmations", customer=held.customer_id),
             "is_manager": is_manager(user),
             "is_reviewer": is_reviewer(user),
         },

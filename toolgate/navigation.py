@@ -32,13 +32,12 @@ class Place:
     count_id: str = ""
 
 
-# What makes a staff user an administrator: the configuration the admin is kept for.
+# What makes a staff user an administrator: changing the configuration the admin is kept for.
 _CONFIGURATION = (
-    "dispatch.view_agent",
+    "dispatch.add_agent",
     "dispatch.change_agent",
-    "dispatch.view_policy",
     "dispatch.add_policy",
-    "auth.view_user",
+    "auth.add_user",
     "auth.change_user",
 )
 
