@@ -112,8 +112,10 @@ def security_events(request: HttpRequest) -> HttpResponse:
             **row,
             "url": filtered_url(
                 "records:security",
-                **{key: value for key, value in request.GET.items() if key not in ("page",)},
-                reason=row["reason"],
+                **{
+                    **{key: value for key, value in request.GET.items() if key != "page"},
+                    "reason": row["reason"],
+                },
             ),
         }
         for row in found.order_by()
