@@ -383,3 +383,22 @@ def test_the_lists_read_a_bounded_number_of_queries(
     many = {path: queries(client, path) for path in paths}
 
     assert many == few
+
+
+# The layout ------------------------------------------------------------------------------------
+
+
+def test_the_browser_s_icon_request_finds_the_layout_s_icon(client: Client) -> None:
+    response = client.get("/favicon.ico")
+
+    assert response.status_code == 302
+    assert response["Location"].endswith("/toolgate/favicon.svg")
+    assert 'rel="icon"' in client.get("/accounts/login/").content.decode()
+
+
+def test_the_navigation_folds_behind_a_menu_button_on_a_phone(reviewer: User) -> None:
+    html = page(as_user(reviewer), "/approvals/")
+
+    assert 'aria-controls="nav-places"' in html and 'id="nav-places"' in html
+    # The keyboard hint is a piece of its own, which a phone's width hides.
+    assert '<span class="keys-hint">' in html
