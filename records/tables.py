@@ -111,9 +111,7 @@ class ConfirmationTable(tables.Table):  # type: ignore[misc]
 
     def render_id(self, value: str) -> SafeString:
         url = reverse("records:confirmation", args=[value])
-        return format_html(
-            '<a href="{}" aria-label="Confirmation {}">{}</a>', url, value, short_id(value)
-        )
+        return format_html('<a href="{}">{}</a>', url, short_id(value))
 
 
 class SecurityEventTable(tables.Table):  # type: ignore[misc]
