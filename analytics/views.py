@@ -53,6 +53,9 @@ from dispatch.models import Agent, AuditRecord, CallChannel, Confirmation
 from dispatch.registry import tool_registry
 
 CALLS_PER_PAGE = 50
+# The most calls a list counts: past it the page says "more than", so that a search matching
+# most of a long audit trail costs no more than a page of it.
+CALLS_COUNTED = 10_000
 # How much of the raw arguments a list shows; the call's own page shows them whole.
 RAW_SHOWN = 160
 
@@ -273,6 +276,25 @@ def _describe(scope: Scope, data: Mapping[str, Any]) -> list[str]:
     return words
 
 
+class CountedUpTo:
+    """A query's records for a paginator that counts no further than `most`."""
+
+    ordered = True
+
+    def __init__(self, records: QuerySet[AuditRecord], most: int) -> None:
+        self.records = records
+        self.most = most
+        self.more = False
+
+    def count(self) -> int:
+        counted = self.records[: self.most + 1].count()
+        self.more = counted > self.most
+        return min(counted, self.most)
+
+    def __getitem__(self, index: slice) -> QuerySet[AuditRecord]:
+        return self.records[index]
+
+
 @require_GET
 @managers_only
 def calls(request: HttpRequest) -> HttpResponse:
@@ -281,8 +303,10 @@ def calls(request: HttpRequest) -> HttpResponse:
     form.is_valid()
     # A filter that is not valid is left out (and the form says why); the others still apply.
     data = {key: form.cleaned_data.get(key) or "" for key in (*DRILLDOWN_FILTERS, *CALL_FILTERS)}
-    records = calls_for(scope, data).order_by("-at", "-id")
-    page: Page[AuditRecord] = Paginator(records, CALLS_PER_PAGE).get_page(request.GET.get("page"))
+    records = CountedUpTo(calls_for(scope, data).order_by("-at", "-id"), CALLS_COUNTED)
+    page: Page[AuditRecord] = Paginator(records, CALLS_PER_PAGE).get_page(  # type: ignore[arg-type]
+        request.GET.get("page")
+    )
     query = request.GET.copy()
     query.pop("page", None)
     context = {
@@ -290,6 +314,7 @@ def calls(request: HttpRequest) -> HttpResponse:
         "form": form,
         "description": _describe(scope, data),
         "page": page,
+        "more_than_counted": records.more,
         "rows": call_rows(page.object_list, request.user),
         "page_query": query.urlencode(),
         "dashboard_query": scope_query(request.GET),

@@ -133,3 +133,14 @@ def test_the_customer_filter_reads_its_index(traffic: Traffic) -> None:
     indexes = {index.name for index in AuditRecord._meta.indexes}
 
     assert {"audit_customer_idx", "audit_raw_arguments_trgm"} <= indexes
+
+
+def test_a_list_past_the_counted_most_says_more_than(
+    traffic: Traffic, manager: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("analytics.views.CALLS_COUNTED", 5)
+
+    response = manager.get("/analytics/calls/")
+
+    assert "More than 5 calls" in response.content.decode()
+    assert len(response.context["rows"]) == 5
