@@ -183,9 +183,7 @@ class CallsForm(ScopeForm):
     decided_by = forms.CharField(required=False, max_length=150, strip=True)
     customer = forms.CharField(required=False, max_length=64, strip=True)
     session = forms.CharField(required=False, max_length=128, strip=True)
-    channel = forms.ChoiceField(
-        required=False, choices=[("", "Any channel"), *CallChannel.choices]
-    )
+    channel = forms.ChoiceField(required=False, choices=[("", "Any channel"), *CallChannel.choices])
     q = forms.CharField(
         label="Search the arguments",
         required=False,

@@ -21,23 +21,31 @@ class AddIndexOnline(AddIndexConcurrently):
         super().__init__(*args, **kwargs)
         self.postgresql_only = postgresql_only
 
-    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+    def deconstruct(self) -> Any:
         name, args, kwargs = super().deconstruct()
         if self.postgresql_only:
             kwargs["postgresql_only"] = True
         return name, args, kwargs
 
-    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+    def database_forwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
         if schema_editor.connection.vendor == "postgresql":
             super().database_forwards(app_label, schema_editor, from_state, to_state)
         elif not self.postgresql_only:
-            migrations.AddIndex.database_forwards(self, app_label, schema_editor, from_state, to_state)
+            migrations.AddIndex.database_forwards(
+                self, app_label, schema_editor, from_state, to_state
+            )
 
-    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+    def database_backwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
         if schema_editor.connection.vendor == "postgresql":
             super().database_backwards(app_label, schema_editor, from_state, to_state)
         elif not self.postgresql_only:
-            migrations.AddIndex.database_backwards(self, app_label, schema_editor, from_state, to_state)
+            migrations.AddIndex.database_backwards(
+                self, app_label, schema_editor, from_state, to_state
+            )
 
 
 class Migration(migrations.Migration):

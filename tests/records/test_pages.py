@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -25,7 +27,7 @@ from tests.factories import OrderFactory
 
 pytestmark = pytest.mark.django_db
 
-Commits = Callable[..., object]
+Commits = Callable[..., AbstractContextManager[Any]]
 
 
 @dataclass
@@ -73,7 +75,7 @@ def as_user(user: User) -> Client:
     return client
 
 
-def page(client: Client, path: str, **params: object) -> str:
+def page(client: Client, path: str, **params: str) -> str:
     response = client.get(path, params)
     assert response.status_code == 200, (path, response.status_code)
     return response.content.decode()
@@ -176,9 +178,7 @@ def test_the_confirmations_filter_by_the_day_they_were_held(books: Books, manage
 
     response = as_user(manager).get("/records/confirmations/", {"created_after": today})
 
-    assert [row.record.pk for row in response.context["table"].paginated_rows] == [
-        books.pending.pk
-    ]
+    assert [row.record.pk for row in response.context["table"].paginated_rows] == [books.pending.pk]
 
 
 def test_a_confirmation_shows_its_timeline_and_links_to_what_explains_it(
@@ -204,9 +204,7 @@ def test_a_reviewer_reading_a_pending_confirmation_is_sent_to_decide_it_in_the_q
     assert 'href="/approvals/history/"' in html and 'href="/records/confirmations/"' not in html
 
 
-def test_the_confirmations_say_what_will_appear_when_there_is_none(
-    manager: User, db: None
-) -> None:
+def test_the_confirmations_say_what_will_appear_when_there_is_none(manager: User, db: None) -> None:
     html = page(as_user(manager), "/records/confirmations/")
     filtered = page(as_user(manager), "/records/confirmations/", status="pending")
 
@@ -294,9 +292,7 @@ def test_no_security_event_says_what_will_appear(manager: User) -> None:
 # Orders and their refunds ----------------------------------------------------------------------
 
 
-def test_an_order_shows_the_refunds_behind_already_refunded(
-    books: Books, reviewer: User
-) -> None:
+def test_an_order_shows_the_refunds_behind_already_refunded(books: Books, reviewer: User) -> None:
     response = as_user(reviewer).get("/records/orders/ORD-1001/")
     html = response.content.decode()
 
