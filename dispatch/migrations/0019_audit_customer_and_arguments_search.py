@@ -48,6 +48,16 @@ class AddIndexOnline(AddIndexConcurrently):
             )
 
 
+class TrigramExtensionKept(TrigramExtension):
+    """CREATE EXTENSION IF NOT EXISTS pg_trgm on PostgreSQL; going back leaves it (other objects
+    may use it), and does nothing elsewhere."""
+
+    def database_backwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        return None
+
+
 class Migration(migrations.Migration):
     # CREATE INDEX CONCURRENTLY runs outside a transaction.
     atomic = False
@@ -57,8 +67,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        # CREATE EXTENSION IF NOT EXISTS, on PostgreSQL only.
-        TrigramExtension(),
+        TrigramExtensionKept(),
         AddIndexOnline(
             model_name="auditrecord",
             index=models.Index(fields=["customer_id", "at"], name="audit_customer_idx"),
