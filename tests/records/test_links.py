@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from tests.approvals.conftest import MakeUser
-from tests.records.test_pages import Books, as_user, books, refused  # noqa: F401
+from tests.records.conftest import Books, as_user, refused
 
 pytestmark = pytest.mark.django_db
 
@@ -55,7 +55,7 @@ def walk(client: Client) -> dict[str, int]:
 
 @pytest.mark.parametrize("role", ["reviewer", "manager", "manager and reviewer", "admin"])
 def test_every_link_a_user_sees_opens(
-    books: Books,  # noqa: F811
+    books: Books,
     make_user: MakeUser,
     reviewer: User,
     manager: User,

@@ -5,11 +5,7 @@ people write them, and a bounded number of queries however many rows a page list
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -18,61 +14,13 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from approvals.services import confirmation_approve, confirmation_reject
-from dispatch.models import Agent, Confirmation, SecurityEvent
-from dispatch.services import call_dispatch
-from orders.models import Order
+from approvals.services import confirmation_reject
+from dispatch.models import Confirmation, SecurityEvent
 from tests.approvals.conftest import HoldRefund, MakeUser
 from tests.factories import OrderFactory
+from tests.records.conftest import Books, as_user, refused
 
 pytestmark = pytest.mark.django_db
-
-Commits = Callable[..., AbstractContextManager[Any]]
-
-
-@dataclass
-class Books:
-    """ORD-1001 (CUS-1, R$ 120,00): R$ 20,00 refunded by the policy, R$ 50,00 by rita, R$ 50,00
-    held and pending; ORD-1002 (CUS-2, $45.00): nothing."""
-
-    agent: Agent
-    approved: Confirmation
-    pending: Confirmation
-
-
-@pytest.fixture
-def books(
-    hold_refund: HoldRefund,
-    holding_agent: Agent,
-    reviewer: User,
-    django_capture_on_commit_callbacks: Commits,
-) -> Books:
-    auto = call_dispatch(
-        agent=holding_agent,
-        session_id="s-auto",
-        customer_id="CUS-1",
-        tool="refund_order",
-        arguments={
-            "order_id": "ORD-1001",
-            "amount_cents": 2_000,
-            "currency": "BRL",
-            "reason": "not_delivered",
-        },
-    )
-    assert auto.code == "OK", auto
-    approved = hold_refund(5_000)
-    with django_capture_on_commit_callbacks(execute=True):
-        confirmation_approve(confirmation_id=approved.pk, reviewer=reviewer)
-    pending = hold_refund(5_000, reason="customer_request")
-    order = Order.objects.get(order_id="ORD-1001")
-    assert order.refunded_cents == 7_000
-    return Books(holding_agent, Confirmation.objects.get(pk=approved.pk), pending)
-
-
-def as_user(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def page(client: Client, path: str, **params: str) -> str:
@@ -213,18 +161,6 @@ def test_the_confirmations_say_what_will_appear_when_there_is_none(manager: User
 
 
 # Security events -------------------------------------------------------------------------------
-
-
-def refused(client: Client, times: int, token: str = "nope", address: str = "203.0.113.7") -> None:
-    for _ in range(times):
-        response = client.post(
-            "/api/v1/calls",
-            "{}",
-            content_type="application/json",
-            HTTP_AUTHORIZATION=f"Token {token}",
-            REMOTE_ADDR=address,
-        )
-        assert response.status_code == 401
 
 
 def test_the_security_events_list_and_count_refused_requests(manager: User) -> None:
