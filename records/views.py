@@ -171,7 +171,7 @@ class HeldRow:
     url: str | None
 
 
-def _refund_rows(order: Order, refunds: list[Refund], user: Any) -> list[RefundRow]:
+def _refund_rows(refunds: list[Refund], user: Any) -> list[RefundRow]:
     """The refunds with where each came from: the money movement under the same key names the
     session and, for a reviewer's approval, the confirmation."""
     moved = {
@@ -225,7 +225,7 @@ def _held_rows(order: Order, user: Any) -> list[HeldRow]:
 def order(request: HttpRequest, order_id: str) -> HttpResponse:
     placed = get_object_or_404(Order, order_id=order_id)
     refunds: QuerySet[Refund] = placed.refunds.order_by("created_at", "id")
-    rows = _refund_rows(placed, list(refunds), request.user)
+    rows = _refund_rows(list(refunds), request.user)
     held = _held_rows(placed, request.user)
     waiting = [row for row in held if row.status in ("pending", "approved", "executing")]
     return render(

@@ -77,7 +77,12 @@ def test_every_link_a_user_sees_opens(
     if role != "admin":
         assert not [url for url in walked if url.startswith("/admin/")], walked
     expected = {
-        "reviewer": ["/approvals/", "/records/orders/ORD-1001/", "/analytics/sessions/"],
+        "reviewer": [
+            "/approvals/",
+            "/records/orders/ORD-1001/",
+            "/analytics/sessions/",
+            "/analytics/calls/",
+        ],
         "manager": [
             "/analytics/calls/",
             "/records/confirmations/",
