@@ -3,6 +3,7 @@ managers only (analytics/permissions.py). Times are read and written in UTC."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 

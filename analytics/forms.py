@@ -26,7 +26,7 @@ from analytics.ranges import (
     moment_in,
     range_problem,
 )
-from dispatch.models import Agent, ConfirmationStatus
+from dispatch.models import Agent, CallChannel, ConfirmationStatus
 from dispatch.money import exponent
 from dispatch.pipeline.policy import Policy
 from dispatch.pipeline.what_if import draft_of
@@ -167,6 +167,11 @@ OUTCOME_WORDS = {
     "held": "held for a human",
 }
 DRILLDOWN_FILTERS = ("code", "outcome", "status", "decided_by")
+# What a support lead narrows the calls by, beside the range, the agent and the tool.
+CALL_FILTERS = ("customer", "session", "channel", "q")
+# The shortest text the search in the raw arguments looks for: the trigram index that keeps it
+# fast reads three characters at least.
+SEARCH_SHORTEST = 3
 
 
 class CallsForm(ScopeForm):
@@ -176,6 +181,16 @@ class CallsForm(ScopeForm):
     outcome = forms.ChoiceField(required=False, choices=[("", "any"), *OUTCOME_WORDS.items()])
     status = forms.ChoiceField(required=False, choices=[("", "any"), *ConfirmationStatus.choices])
     decided_by = forms.CharField(required=False, max_length=150, strip=True)
+    customer = forms.CharField(required=False, max_length=64, strip=True)
+    session = forms.CharField(required=False, max_length=128, strip=True)
+    channel = forms.ChoiceField(required=False, choices=[("", "Any channel"), *CallChannel.choices])
+    q = forms.CharField(
+        label="Search the arguments",
+        required=False,
+        min_length=SEARCH_SHORTEST,
+        max_length=200,
+        strip=True,
+    )
 
 
 THRESHOLD_LABELS = {

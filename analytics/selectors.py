@@ -367,6 +367,28 @@ def calls_behind(
     return records
 
 
+def calls_narrowed(
+    records: QuerySet[AuditRecord],
+    *,
+    customer: str | None = None,
+    session: str | None = None,
+    channel: str | None = None,
+    search: str | None = None,
+) -> QuerySet[AuditRecord]:
+    """The records of one customer, session or channel, or whose raw arguments contain the text
+    (any case). On PostgreSQL the search reads the trigram index audit_raw_arguments_trgm, built
+    on the same upper-cased text, so it stays fast on a long audit trail."""
+    if customer:
+        records = records.filter(customer_id=customer)
+    if session:
+        records = records.filter(session_id=session)
+    if channel:
+        records = records.filter(channel=channel)
+    if search:
+        records = records.filter(raw_arguments__icontains=search)
+    return records
+
+
 def held_calls_behind(
     *,
     since: datetime,

@@ -28,6 +28,7 @@ from analytics.charts import chart_data
 from analytics.decisions import DECIDING_EVENTS
 from analytics.figures import TABLE_SORTS, columns, headlines, scope_query, table_rows
 from analytics.forms import (
+    CALL_FILTERS,
     DRILLDOWN_FILTERS,
     OUTCOME_WORDS,
     RANGES,
@@ -40,6 +41,7 @@ from analytics.selectors import (
     CallFigures,
     call_figures,
     calls_behind,
+    calls_narrowed,
     confirmation_outcomes,
     held_calls_behind,
     held_count,
@@ -47,10 +49,13 @@ from analytics.selectors import (
 )
 from approvals.models import ConfirmationEvent
 from approvals.reviewers import is_reviewer
-from dispatch.models import Agent, AuditRecord, Confirmation
+from dispatch.models import Agent, AuditRecord, CallChannel, Confirmation
 from dispatch.registry import tool_registry
 
 CALLS_PER_PAGE = 50
+# The most calls a list counts: past it the page says "more than", so that a search matching
+# most of a long audit trail costs no more than a page of it.
+CALLS_COUNTED = 10_000
 # How much of the raw arguments a list shows; the call's own page shows them whole.
 RAW_SHOWN = 160
 
@@ -176,8 +181,8 @@ class CallRow:
 
 
 def confirmation_url(user: Reader, confirmation_id: str) -> str | None:
-    """Where a held call's confirmation is read: a reviewer's own page, or the admin's (read-only
-    for managers)."""
+    """Where a held call's confirmation is read: a reviewer's own page, where they may decide it,
+    or the read-only page of the records that managers read."""
     if not confirmation_id:
         return None
     if is_reviewer(user):
@@ -185,7 +190,7 @@ def confirmation_url(user: Reader, confirmation_id: str) -> str | None:
             return reverse("approvals:detail", args=[confirmation_id])
         except NoReverseMatch:
             pass
-    return reverse("admin:dispatch_confirmation_change", args=[confirmation_id])
+    return reverse("records:confirmation", args=[confirmation_id])
 
 
 def call_rows(records: Iterable[AuditRecord], user: Reader) -> list[CallRow]:
@@ -221,17 +226,27 @@ def call_rows(records: Iterable[AuditRecord], user: Reader) -> list[CallRow]:
 def calls_for(scope: Scope, data: Mapping[str, Any]) -> QuerySet[AuditRecord]:
     outcome = data.get("outcome") or ""
     if outcome == "held":
-        return held_calls_behind(
+        records = held_calls_behind(
             **scope.filters(),
             status=data.get("status") or None,
             decided_by=data.get("decided_by") or None,
         )
-    return calls_behind(
-        **scope.filters(),
-        code=data.get("code") or None,
-        rejected=outcome == "rejected",
-        correctable=outcome == "correctable",
-        replayed=outcome == "replayed",
+        if data.get("code"):
+            records = records.filter(code=data["code"])
+    else:
+        records = calls_behind(
+            **scope.filters(),
+            code=data.get("code") or None,
+            rejected=outcome == "rejected",
+            correctable=outcome == "correctable",
+            replayed=outcome == "replayed",
+        )
+    return calls_narrowed(
+        records,
+        customer=data.get("customer") or None,
+        session=data.get("session") or None,
+        channel=data.get("channel") or None,
+        search=data.get("q") or None,
     )
 
 
@@ -250,7 +265,34 @@ def _describe(scope: Scope, data: Mapping[str, Any]) -> list[str]:
         words.append(f"now {data['status']}")
     if data.get("decided_by"):
         words.append(f"decided by {data['decided_by']}")
+    if data.get("customer"):
+        words.append(f"customer {data['customer']}")
+    if data.get("session"):
+        words.append(f"session {data['session']}")
+    if data.get("channel"):
+        words.append(f"over {CallChannel(data['channel']).label}")
+    if data.get("q"):
+        words.append(f"arguments containing “{data['q']}”")
     return words
+
+
+class CountedUpTo:
+    """A query's records for a paginator that counts no further than `most`."""
+
+    ordered = True
+
+    def __init__(self, records: QuerySet[AuditRecord], most: int) -> None:
+        self.records = records
+        self.most = most
+        self.more = False
+
+    def count(self) -> int:
+        counted = self.records[: self.most + 1].count()
+        self.more = counted > self.most
+        return min(counted, self.most)
+
+    def __getitem__(self, index: slice) -> QuerySet[AuditRecord]:
+        return self.records[index]
 
 
 @require_GET
@@ -260,9 +302,11 @@ def calls(request: HttpRequest) -> HttpResponse:
     form = CallsForm(request.GET)
     form.is_valid()
     # A filter that is not valid is left out (and the form says why); the others still apply.
-    data = {key: form.cleaned_data.get(key) or "" for key in DRILLDOWN_FILTERS}
-    records = calls_for(scope, data).order_by("-at", "-id")
-    page: Page[AuditRecord] = Paginator(records, CALLS_PER_PAGE).get_page(request.GET.get("page"))
+    data = {key: form.cleaned_data.get(key) or "" for key in (*DRILLDOWN_FILTERS, *CALL_FILTERS)}
+    records = CountedUpTo(calls_for(scope, data).order_by("-at", "-id"), CALLS_COUNTED)
+    page: Page[AuditRecord] = Paginator(records, CALLS_PER_PAGE).get_page(  # type: ignore[arg-type]
+        request.GET.get("page")
+    )
     query = request.GET.copy()
     query.pop("page", None)
     context = {
@@ -270,9 +314,19 @@ def calls(request: HttpRequest) -> HttpResponse:
         "form": form,
         "description": _describe(scope, data),
         "page": page,
+        "more_than_counted": records.more,
         "rows": call_rows(page.object_list, request.user),
         "page_query": query.urlencode(),
         "dashboard_query": scope_query(request.GET),
+        "filtered": any(data.values()) or scope.agent is not None or bool(scope.tool),
+        "ranges": RANGES,
+        "agents": Agent.objects.order_by("name"),
+        "tools": _tool_choices(scope),
+        "channels": CallChannel.choices,
+        # An exact range from a figure stays exact; otherwise the range's days.
+        "since_value": request.GET.get("since") or scope.since_date(),
+        "until_value": request.GET.get("until") or scope.until_date(),
+        "kept": {key: data[key] for key in ("outcome", "status", "decided_by") if data[key]},
     }
     return render(request, "analytics/calls.html", context)
 

@@ -34,7 +34,7 @@ class HistoryTable(tables.Table):  # type: ignore[misc]
     )
     amount_cents = tables.Column(verbose_name="Amount", attrs={"td": {"class": "num"}})
     subject = tables.Column(verbose_name="For", empty_values=(), orderable=False)
-    customer_id = tables.Column(verbose_name="Customer")
+    customer_id = tables.Column(verbose_name="Customer", attrs={"td": {"class": "id"}})
     agent = tables.Column(verbose_name="Agent", order_by=("agent__name",))
     status = tables.Column(verbose_name="Status")
     reviewers = tables.Column(verbose_name="Reviewers", empty_values=(), orderable=False)
@@ -74,11 +74,14 @@ class HistoryTable(tables.Table):  # type: ignore[misc]
         return money(value, currency) if currency else str(value)
 
     def render_subject(self, record: Confirmation) -> str:
-        """What was held, as the queue's card names it: the action, and what it is for."""
+        """What was held, as the queue's card names it: the action, and what it is for (an id,
+        which never breaks inside)."""
         spec = tool_registry.get(record.tool)
         action = spec.title if spec is not None else record.tool
         subject = confirmation_subject(record)
-        return f"{action} · {subject}" if subject else action
+        if not subject:
+            return action
+        return format_html('{} · <span class="id">{}</span>', action, subject)
 
     def render_status(self, record: Confirmation) -> str:
         return status_pill(effective_status(record))

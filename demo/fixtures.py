@@ -88,6 +88,6 @@ DEMO_USERS = (
             "orders.view_refund",
         ),
         start="/analytics/",
-        role="where calls fail and whether models recover; the records from the home page",
+        role="where calls fail and whether models recover; calls, confirmations, orders",
     ),
 )

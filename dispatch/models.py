@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.db.models.functions import Upper
 
 from dispatch.pipeline.allowance import execution_key
 from dispatch.pipeline.policy import CurrencyLimits, HumanRule
@@ -209,6 +211,15 @@ class AuditRecord(models.Model):
         indexes = [
             models.Index(fields=["agent", "session_id", "at"], name="audit_session_idx"),
             models.Index(fields=["tool", "code"], name="audit_tool_code_idx"),
+            # A customer's calls, newest first, on the calls page.
+            models.Index(fields=["customer_id", "at"], name="audit_customer_idx"),
+            # The calls page's search in what the model sent (icontains, which PostgreSQL reads
+            # as UPPER(raw_arguments) LIKE ...): a trigram index on the same expression. Made on
+            # PostgreSQL only (migration dispatch 0019).
+            GinIndex(
+                OpClass(Upper("raw_arguments"), name="gin_trgm_ops"),
+                name="audit_raw_arguments_trgm",
+            ),
         ]
 
     def __str__(self) -> str:

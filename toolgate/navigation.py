@@ -1,7 +1,8 @@
 """Each user's places: what the navigation, the home page and the login's landing show them.
 
 A place is shown only to those who may open it: reviewers get their queue (with the count of
-pending items), managers the records they may read, admins the admin.
+pending items) and the orders, managers the figures and the records they read, administrators
+the admin, which is kept for configuration (agents, policies, users).
 """
 
 from __future__ import annotations
@@ -31,35 +32,24 @@ class Place:
     count_id: str = ""
 
 
-# Records a manager reads in the admin, until their own pages exist: (permission, admin list,
-# label, what it is).
-_RECORDS = (
-    (
-        "dispatch.view_auditrecord",
-        "admin:dispatch_auditrecord_changelist",
-        "Audit records",
-        "Every tool call, its outcome code and message.",
-    ),
-    (
-        "dispatch.view_confirmation",
-        "admin:dispatch_confirmation_changelist",
-        "Confirmations",
-        "Held calls and how they were decided.",
-    ),
-    (
-        "dispatch.view_securityevent",
-        "admin:dispatch_securityevent_changelist",
-        "Security events",
-        "Requests the agent API refused, and why.",
-    ),
-    ("orders.view_order", "admin:orders_order_changelist", "Orders", "The system of record."),
-    (
-        "orders.view_refund",
-        "admin:orders_refund_changelist",
-        "Refunds",
-        "The refund ledger: one row per refund that took effect.",
-    ),
+# What makes a staff user an administrator: changing the configuration the admin is kept for.
+_CONFIGURATION = (
+    "dispatch.add_agent",
+    "dispatch.change_agent",
+    "dispatch.add_policy",
+    "auth.add_user",
+    "auth.change_user",
 )
+
+
+def _administers(user: AbstractBaseUser | AnonymousUser) -> bool:
+    if getattr(user, "is_superuser", False):
+        return True
+    return (
+        isinstance(user, PermissionsMixin)
+        and getattr(user, "is_staff", False)
+        and any(user.has_perm(permission) for permission in _CONFIGURATION)
+    )
 
 
 def places_for(user: AbstractBaseUser | AnonymousUser) -> list[Place]:
@@ -89,14 +79,39 @@ def places_for(user: AbstractBaseUser | AnonymousUser) -> list[Place]:
                 count=unknown or None,
             ),
         ]
-    if is_manager(user):
-        places.append(
+    manager = is_manager(user)
+    if manager:
+        places += [
             Place(
                 "Analytics",
                 reverse("analytics:dashboard"),
                 "Where tool calls fail, why, whether the models recover, how reviewers decide.",
+            ),
+            Place(
+                "Calls",
+                reverse("analytics:calls"),
+                "Every tool call, what it sent and what it was told, by agent, customer or text.",
+            ),
+            Place(
+                "Confirmations",
+                reverse("records:confirmations"),
+                "Held calls in every state, and how and by whom they were decided.",
+            ),
+            Place(
+                "Security events",
+                reverse("records:security"),
+                "Requests the agent API refused, and why.",
+            ),
+        ]
+    if manager or is_reviewer(user):
+        places.append(
+            Place(
+                "Orders",
+                reverse("records:orders"),
+                "Orders with their refunds: what was refunded, by whom, and what remains.",
             )
         )
+    if manager:
         places.append(
             Place(
                 "Policy what-if",
@@ -104,16 +119,8 @@ def places_for(user: AbstractBaseUser | AnonymousUser) -> list[Place]:
                 "What a change to an agent's money thresholds would have done to its calls.",
             )
         )
-    if getattr(user, "is_superuser", False):
-        places.append(
-            Place("Admin", reverse("admin:index"), "Agents and their policies, users, orders.")
-        )
-    elif isinstance(user, PermissionsMixin) and getattr(user, "is_staff", False):
-        places += [
-            Place(label, reverse(url_name), description)
-            for permission, url_name, label, description in _RECORDS
-            if user.has_perm(permission)
-        ]
+    if _administers(user):
+        places.append(Place("Admin", reverse("admin:index"), "Agents and their policies, users."))
     return places
 
 

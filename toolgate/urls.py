@@ -15,6 +15,9 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("approvals/", include("approvals.urls")),
     path("analytics/", include("analytics.urls")),
+    path("records/", include("records.urls")),
+    # Browsers ask for it whatever the page says; the layout's icon answers.
+    path("favicon.ico", views.favicon, name="favicon"),
     path(
         "api/schema/",
         SpectacularAPIView.as_view(permission_classes=[AllowAny]),

@@ -5,7 +5,10 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.templatetags.static import static
+from django.views.decorators.cache import cache_control
+from django.views.decorators.http import require_GET
 
 from toolgate.navigation import landing_url, places_for
 
@@ -13,6 +16,14 @@ from toolgate.navigation import landing_url, places_for
 def home(request: HttpRequest) -> HttpResponse:
     """The product in a sentence, and the places of the signed-in user."""
     return render(request, "home.html", {"my_places": places_for(request.user)})
+
+
+@require_GET
+@cache_control(max_age=86400, public=True)
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico whatever a page links to (the admin's pages link none): the
+    layout's icon answers."""
+    return redirect(static("toolgate/favicon.svg"))
 
 
 class RoleLoginView(LoginView):

@@ -14,6 +14,18 @@
     // An old browser without Intl: the pages stay in UTC and say so.
   }
 
+  // On a phone the navigation's places fold behind its Menu button (site.css).
+  document.documentElement.classList.add("js");
+  var toggle = document.querySelector(".nav-toggle button");
+  if (toggle) {
+    toggle.hidden = false;
+    toggle.addEventListener("click", function () {
+      var nav = toggle.closest("nav");
+      var open = nav.classList.toggle("open");
+      toggle.setAttribute("aria-expanded", open ? "true" : "false");
+    });
+  }
+
   function items() {
     return Array.prototype.slice.call(document.querySelectorAll("#queue .item"));
   }

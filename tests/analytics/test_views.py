@@ -558,7 +558,9 @@ def test_the_timeline_shows_every_call_of_the_session_in_order(
     ]
     assert [r.stage for r in rows][:2] == ["3 · schema", "8 · execution"]
     page = response.content.decode()
-    assert f"/admin/dispatch/confirmation/{traffic.held.pk}/change/" in page
+    # A manager reads the held call on the records' read-only page, which they may open.
+    assert f"/records/confirmations/{traffic.held.pk}/" in page
+    assert manager.get(f"/records/confirmations/{traffic.held.pk}/").status_code == 200
     assert "replayed" in page
     assert escape(rows[0].record.message) in page
 

@@ -25,6 +25,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # OpClass in index expressions (the audit trail's trigram index); inert on SQLite.
+    "django.contrib.postgres",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -36,6 +38,7 @@ INSTALLED_APPS = [
     "dispatch",
     "approvals",
     "analytics",
+    "records",
     "demo",
 ]
 
