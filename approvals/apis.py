@@ -24,7 +24,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from approvals.reviewers import is_reviewer, reviewer_authenticate
-from approvals.services import ConfirmationError, ConfirmationNotFound, ReasonRequired
+from approvals.services import (
+    ConfirmationError,
+    ConfirmationNotFound,
+    ReasonRequired,
+    SecondLookRequired,
+)
 from approvals.services import confirmation_approve as approve
 from approvals.services import confirmation_reject as reject
 from dispatch.apis import JsonApi
@@ -86,6 +91,12 @@ class ApproveRequest(BaseModel):
         description="the reviewer's explicit word that a possible duplicate is a separate one; "
         "without it, approving a possible duplicate is refused (409 `possible_duplicate`)",
     )
+    confirmed: bool = Field(
+        default=False,
+        description="the reviewer's second look at an amount above the policy's `confirm_above` "
+        "in its currency; without it, approving such an amount is refused (400 "
+        "`confirmation_required`), and nothing is recorded",
+    )
 
 
 _ERRORS = {
@@ -135,7 +146,7 @@ class ReviewerApi(JsonApi):
 def _refused(exc: ConfirmationError) -> APIException:
     if isinstance(exc, ConfirmationNotFound):
         return NotFound("There is no confirmation with that id.")
-    if isinstance(exc, ReasonRequired):
+    if isinstance(exc, ReasonRequired | SecondLookRequired):
         return DecisionInvalid(exc.message, exc.code)
     return DecisionRefused(exc.message, exc.code)
 
@@ -150,12 +161,18 @@ class ConfirmationApproveApi(ReviewerApi):
             "different reviewers must approve and whose approval limit covers it. Once they "
             "have, the call is checked again against the state of now and, if it still passes, "
             "executed in the background; if not, it is `invalidated`. The body is optional: "
-            '`{"separate": true}` approves a possible duplicate as a separate one.'
+            '`{"separate": true}` approves a possible duplicate as a separate one; '
+            '`{"confirmed": true}` is the second look that an amount above the policy\'s '
+            "`confirm_above` needs."
         ),
         request=ApproveRequest,
         responses={
             200: _STATE,
-            400: OpenApiResponse(ErrorEnvelope, description="a malformed body"),
+            400: OpenApiResponse(
+                ErrorEnvelope,
+                description="a malformed body, or an amount above the policy's `confirm_above` "
+                "approved without `confirmed` (`confirmation_required`)",
+            ),
             **_ERRORS,
         },
     )
@@ -167,6 +184,7 @@ class ConfirmationApproveApi(ReviewerApi):
                 confirmation_id=confirmation_id,
                 reviewer=self.reviewer(request),
                 separate=body.separate,
+                confirmed=body.confirmed,
             )
         except ConfirmationError as exc:
             raise _refused(exc) from None
