@@ -295,6 +295,10 @@ TOOLGATE_RESERVATION_CONNECTIONS = env.int("TOOLGATE_RESERVATION_CONNECTIONS", d
 TOOLGATE_MANAGER_SLOTS = env.int("TOOLGATE_MANAGER_SLOTS", default=1)
 TOOLGATE_MANAGER_TIMEOUT_SECONDS = env.float("TOOLGATE_MANAGER_TIMEOUT_SECONDS", default=10.0)
 
+# The most calls the dashboard's CSV holds: a range with more is refused before anything is sent,
+# with a word to narrow it.
+TOOLGATE_CSV_MAX_ROWS = env.int("TOOLGATE_CSV_MAX_ROWS", default=100_000)
+
 # The reviewer queue reloads itself this often; an item approved or executing for longer than
 # TOOLGATE_STUCK_AFTER_MINUTES stands out (a worker that is down), as does a pending one that
 # expires within TOOLGATE_EXPIRING_SOON_MINUTES.
