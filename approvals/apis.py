@@ -32,6 +32,7 @@ from approvals.services import (
 )
 from approvals.services import confirmation_approve as approve
 from approvals.services import confirmation_reject as reject
+from dispatch.api_examples import APPROVE_EXAMPLES, REJECT_EXAMPLES
 from dispatch.apis import JsonApi
 from dispatch.authentication import AgentTokenAuthentication
 from dispatch.envelopes import ConfirmationDoc, ErrorEnvelope
@@ -166,6 +167,7 @@ class ConfirmationApproveApi(ReviewerApi):
             "`confirm_above` needs."
         ),
         request=ApproveRequest,
+        examples=APPROVE_EXAMPLES,
         responses={
             200: _STATE,
             400: OpenApiResponse(
@@ -212,6 +214,7 @@ class ConfirmationRejectApi(ReviewerApi):
         summary="Reject a held call with a reason (reviewers only)",
         description="Nothing executes; the reason reaches the agent's model.",
         request=RejectRequest,
+        examples=REJECT_EXAMPLES,
         responses={
             200: _STATE,
             400: OpenApiResponse(ErrorEnvelope, description="no reason, or a malformed body"),

@@ -23,6 +23,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from dispatch import doors, host_keys, selectors
+from dispatch.api_examples import call_examples
 from dispatch.authentication import AgentRateThrottle, AgentTokenAuthentication, IsAgent
 from dispatch.envelopes import (
     HOST_FIELDS,
@@ -116,6 +117,9 @@ class CallCreateApi(AgentApi):
             )
         ],
         request=CallEnvelope,
+        # Each request with the answer it really gets: ok, replayed, held, and rejected by each
+        # stage (dispatch/api_examples.py).
+        examples=call_examples(),
         responses={
             200: CallResultDoc,
             400: OpenApiResponse(
