@@ -118,7 +118,11 @@ class _Reviewers:
                 return
             reviewer, *others = decision.reviewers
             confirmation = confirmation_approve(
-                confirmation_id=decision.confirmation_id, reviewer=reviewer, now=decision.at
+                confirmation_id=decision.confirmation_id,
+                reviewer=reviewer,
+                now=decision.at,
+                # The history's reviewers decided with a second look where one was asked.
+                confirmed=True,
             )
         except ConfirmationError:
             return
