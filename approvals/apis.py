@@ -12,7 +12,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rest_framework import status
 from rest_framework.authentication import SessionAuthentication
@@ -32,7 +32,6 @@ from approvals.services import (
 )
 from approvals.services import confirmation_approve as approve
 from approvals.services import confirmation_reject as reject
-from dispatch.api_examples import APPROVE_EXAMPLES, REJECT_EXAMPLES
 from dispatch.apis import JsonApi
 from dispatch.authentication import AgentTokenAuthentication
 from dispatch.envelopes import ConfirmationDoc, ErrorEnvelope
@@ -82,6 +81,32 @@ class RejectRequest(BaseModel):
         max_length=1000,
         description="why it is rejected; the agent's model reads it in the result's message",
     )
+
+
+APPROVE_EXAMPLES = [
+    OpenApiExample("Approve", value={}, request_only=True, description="An approval, no more."),
+    OpenApiExample(
+        "Approve a possible duplicate",
+        value={"separate": True},
+        request_only=True,
+        description="The reviewer's word that a possible duplicate is a separate one.",
+    ),
+    OpenApiExample(
+        "Approve above the second-look amount",
+        value={"confirmed": True},
+        request_only=True,
+        description="The second look that an amount above the policy's `confirm_above` needs.",
+    ),
+]
+
+REJECT_EXAMPLES = [
+    OpenApiExample(
+        "Reject with a reason",
+        value={"reason": "Not what the customer asked for: offer store credit instead."},
+        request_only=True,
+        description="The reason reaches the agent's model in the result's message.",
+    ),
+]
 
 
 class ApproveRequest(BaseModel):

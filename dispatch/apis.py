@@ -23,7 +23,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from dispatch import doors, host_keys, selectors
-from dispatch.api_examples import call_examples
 from dispatch.authentication import AgentRateThrottle, AgentTokenAuthentication, IsAgent
 from dispatch.envelopes import (
     HOST_FIELDS,
@@ -92,7 +91,8 @@ class CallCreateApi(AgentApi):
         summary="Submit one raw tool call",
         description=(
             "Every pipeline outcome, rejections included, is a 200 whose body says `ok`. "
-            "Status codes other than 200 are about the envelope."
+            "Status codes other than 200 are about the envelope. The examples are real: each "
+            "request with the answer it got (ok, replayed, held, and rejected at each stage)."
         ),
         parameters=[
             OpenApiParameter(
@@ -117,9 +117,6 @@ class CallCreateApi(AgentApi):
             )
         ],
         request=CallEnvelope,
-        # Each request with the answer it really gets: ok, replayed, held, and rejected by each
-        # stage (dispatch/api_examples.py).
-        examples=call_examples(),
         responses={
             200: CallResultDoc,
             400: OpenApiResponse(

@@ -178,6 +178,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The agent API's examples, each a real request and the answer it got.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "toolgate.api_examples.examples_add",
+    ],
 }
 
 # An empty broker means no Redis: tasks run in-process, and their errors surface to the caller.

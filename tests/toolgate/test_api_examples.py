@@ -1,5 +1,5 @@
 """The agent API's documented examples are real: each request, sent through the API on the
-setting dispatch/api_examples.py describes, gets the documented answer (ids and times aside), and
+setting toolgate/api_examples.py describes, gets the documented answer (ids and times aside), and
 the OpenAPI document carries every one of them.
 
 TOOLGATE_WRITE_API_EXAMPLES=1 writes the answers file from this run instead of checking it.
@@ -16,9 +16,9 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from dispatch.api_examples import ANSWERS_FILE, CALL_EXAMPLES, call_answers
 from dispatch.services import agent_create
 from tests.factories import OrderFactory
+from toolgate.api_examples import ANSWERS_FILE, CALL_EXAMPLES, call_answers
 
 pytestmark = pytest.mark.django_db
 

@@ -1,5 +1,8 @@
 """The agent API's documented examples: one request for each kind of answer, and the answer it
-got from the pipeline (api_examples.json).
+got from the pipeline (api_examples.json), added to the OpenAPI document of POST /api/v1/calls
+by a drf-spectacular hook (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]). They speak of the demo
+domain's orders and refunds, which the project wires in, so they live here rather than in
+dispatch, which names no domain.
 
 The answers are real results, not written by hand: tests/dispatch/apis/test_examples.py sends
 every request through the API on the setting below and checks that its answer is the documented
@@ -16,8 +19,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any, NamedTuple
-
-from drf_spectacular.utils import OpenApiExample
 
 ANSWERS_FILE = Path(__file__).with_name("api_examples.json")
 
@@ -140,53 +141,32 @@ def call_answers() -> dict[str, Any]:
     return answers
 
 
-def call_examples() -> list[OpenApiExample]:
-    """POST /api/v1/calls: each request, and its answer."""
+def examples_add(
+    result: dict[str, Any], generator: Any, request: Any, public: bool
+) -> dict[str, Any]:
+    """drf-spectacular's post-processing hook: each example's request, and the answer it got,
+    on POST /api/v1/calls."""
+    operation = result.get("paths", {}).get("/api/v1/calls", {}).get("post")
+    if operation is None:
+        return result
     answers = call_answers()
-    examples = []
-    for example in CALL_EXAMPLES:
-        examples.append(
-            OpenApiExample(
-                example.summary,
-                value=example.request,
-                request_only=True,
-                description=example.description,
-            )
-        )
-        if example.key in answers:
-            examples.append(
-                OpenApiExample(
-                    example.summary,
-                    value=answers[example.key],
-                    response_only=True,
-                    status_codes=["200"],
-                    description=example.description,
-                )
-            )
-    return examples
-
-
-APPROVE_EXAMPLES = [
-    OpenApiExample("Approve", value={}, request_only=True, description="An approval, no more."),
-    OpenApiExample(
-        "Approve a possible duplicate",
-        value={"separate": True},
-        request_only=True,
-        description="The reviewer's word that a possible duplicate is a separate one.",
-    ),
-    OpenApiExample(
-        "Approve above the second-look amount",
-        value={"confirmed": True},
-        request_only=True,
-        description="The second look that an amount above the policy's `confirm_above` needs.",
-    ),
-]
-
-REJECT_EXAMPLES = [
-    OpenApiExample(
-        "Reject with a reason",
-        value={"reason": "Outside the return window: offer store credit instead."},
-        request_only=True,
-        description="The reason reaches the agent's model in the result's message.",
-    ),
-]
+    requests = operation["requestBody"]["content"]["application/json"]
+    requests["examples"] = {
+        example.key: {
+            "summary": example.summary,
+            "description": example.description,
+            "value": example.request,
+        }
+        for example in CALL_EXAMPLES
+    }
+    answered = operation["responses"]["200"]["content"]["application/json"]
+    answered["examples"] = {
+        example.key: {
+            "summary": example.summary,
+            "description": example.description,
+            "value": answers[example.key],
+        }
+        for example in CALL_EXAMPLES
+        if example.key in answers
+    }
+    return result
