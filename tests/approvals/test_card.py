@@ -293,3 +293,31 @@ def test_the_tabs_title_counts_what_the_badge_counts(
     badge = re.search(r'id="nav-pending-count"[^>]*>(\d+)<', html)
     assert badge is not None and badge.group(1) == "2"
     assert 'data-pending-total="2"' in html
+
+
+def test_a_possible_duplicate_above_the_amount_keeps_its_word_through_the_second_look(
+    make_agent: MakeAgent, orders: list[Order], reviewer: User, client: Client
+) -> None:
+    agent = make_agent(
+        auto_approve_below_cents=1_000, two_reviewers_from_cents=None, confirm_above_cents=20_000
+    )[0]
+    first = held(refund(agent, "ORD-441", 25_000, session="s-1"))
+    assert (
+        client.post(reverse("approvals:approve", args=[first.pk]), {"confirmed": "yes"}).status_code
+        == 303
+    )
+    again = held(refund(agent, "ORD-441", 25_000, session="s-2"))
+    url = reverse("approvals:approve", args=[again.pk])
+
+    asked = client.post(url, {"separate": "yes", "checked": "on"})
+
+    assert asked.status_code == 400
+    # The second look carries the reviewer's word that it is a separate one.
+    html = asked.content.decode()
+    dialog = html[html.index('<dialog class="second-look"') :]
+    assert 'name="separate" value="yes"' in dialog[: dialog.index("</dialog>")]
+    approved = client.post(url, {"separate": "yes", "confirmed": "yes"})
+    assert approved.status_code == 303
+    again.refresh_from_db()
+    assert again.status == ConfirmationStatus.EXECUTED
+    assert Refund.objects.filter(amount_cents=25_000).count() == 2
