@@ -316,6 +316,14 @@ def _confirmation_outcomes(scope: Scope, outcomes: Mapping[str, Any]) -> dict[st
     )
 
 
+def _of_decisions(text: str, wait: Mapping[str, Any]) -> str:
+    """A reviewer's time with the number of decisions it is of."""
+    decided = wait.get("decided")
+    if decided is None:
+        return text
+    return f"{text} (of {count(decided)} decision{'s' if decided != 1 else ''})"
+
+
 def _decision_times(scope: Scope, outcomes: Mapping[str, Any]) -> dict[str, Any]:
     overall = outcomes["time_to_decision_seconds"]
     reviewers: dict[str, dict[str, Any]] = outcomes["by_reviewer"]
@@ -337,7 +345,7 @@ def _decision_times(scope: Scope, outcomes: Mapping[str, Any]) -> dict[str, Any]
             _series(
                 f"{label} ({unit})",
                 [round((wait[key] or 0.0) / seconds, 2) for wait in waits],
-                [duration(wait[key]) for wait in waits],
+                [_of_decisions(duration(wait[key]), wait) for wait in waits],
                 urls,
             )
             for label, key in (("median", "p50"), ("90th percentile", "p90"))
