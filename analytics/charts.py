@@ -17,9 +17,10 @@ from analytics.counting import NOT_REJECTED
 from analytics.formatting import count, duration, percent, url
 from analytics.forms import Scope
 from analytics.ranges import DAY, midnight
-from analytics.selectors import CallFigures
+from analytics.selectors import CallFigures, Tally
 from dispatch.models import ConfirmationStatus
-from dispatch.pipeline.codes import LOOP_DETECTED, STEP_LIMIT
+from dispatch.pipeline.codes import LOOP_DETECTED, STEP_LIMIT, UNKNOWN_TOOL
+from dispatch.registry import tool_registry
 
 # Codes the chart over time shows one by one; the rest of the rejections are stacked as one.
 CODES_CHARTED = 7
@@ -91,6 +92,58 @@ class Buckets:
         return per_bar
 
 
+@dataclass(frozen=True)
+class UnknownTools:
+    """The tool names in the figures that no agent may call (no tool of that name is
+    registered: names a model invented), which the charts and the table show as one entry."""
+
+    names: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        n = len(self.names)
+        return f"unknown tools ({n} name{'s' if n != 1 else ''})"
+
+    @property
+    def note(self) -> str:
+        return ", ".join(self.names)
+
+    def of(self, tool: str) -> str:
+        return self.label if tool in self.names else tool
+
+    def drill(self, scope: Scope, tool: str, **drill: str) -> dict[str, str]:
+        """The calls behind an entry: a tool's, or for the group those refused as unknown."""
+        if tool == self.label and self.names:
+            return scope.exact(**{**drill, "code": UNKNOWN_TOOL.name})
+        return {**scope.exact(**drill), "tool": tool}
+
+
+def unknown_tools(figures: CallFigures) -> UnknownTools:
+    return UnknownTools(tuple(sorted(t for t in figures.by_tool if tool_registry.get(t) is None)))
+
+
+def tools_grouped(figures: CallFigures, unknown: UnknownTools) -> CallFigures:
+    """The figures with every unknown tool counted under one name (unknown.label)."""
+    if not unknown.names:
+        return figures
+    grouped = CallFigures(
+        total=figures.total, by_code=figures.by_code, by_bucket_code=figures.by_bucket_code
+    )
+    for tool, tally in figures.by_tool.items():
+        _merge(grouped.by_tool[unknown.of(tool)], tally)
+    for (tool, code), tally in figures.by_tool_code.items():
+        _merge(grouped.by_tool_code[unknown.of(tool), code], tally)
+    return grouped
+
+
+def _merge(into: Tally, tally: Tally) -> None:
+    into.calls += tally.calls
+    into.rejected += tally.rejected
+    into.replayed += tally.replayed
+    into.correctable += tally.correctable
+    into.recovered += tally.recovered
+
+
 def _bucket_label(moment: datetime, size: timedelta) -> str:
     local = timezone.localtime(moment)
     return f"{local.day} {local:%b}" if size >= DAY else f"{local.day} {local:%b %H:%M}"
@@ -104,7 +157,12 @@ def _series(
 
 
 def _chart(
-    title: str, labels: list[str], series: list[dict[str, Any]], *, drawn: bool | None = None
+    title: str,
+    labels: list[str],
+    series: list[dict[str, Any]],
+    *,
+    drawn: bool | None = None,
+    notes: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """One chart: its categories, and per series the values drawn, the same in words (tooltips
     and the table beside the chart) and the URL of the calls behind each. A chart of nothing
@@ -118,6 +176,9 @@ def _chart(
     rows = [
         {
             "label": label,
+            # What a category stands for, where its label does not say it all (the names of
+            # the unknown tools).
+            "note": (notes or {}).get(label, ""),
             "cells": [{"text": one["texts"][i], "url": one["urls"][i]} for one in series],
         }
         for i, label in enumerate(labels)
@@ -126,10 +187,12 @@ def _chart(
 
 
 def chart_data(scope: Scope, figures: CallFigures, outcomes: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = unknown_tools(figures)
+    by_tool = tools_grouped(figures, unknown)
     return {
         "rejection_over_time": _rejection_over_time(scope, figures),
-        "recovery_by_tool": _recovery_by_tool(scope, figures),
-        "stuck_by_tool": _stuck_by_tool(scope, figures),
+        "recovery_by_tool": _recovery_by_tool(scope, by_tool, unknown),
+        "stuck_by_tool": _stuck_by_tool(scope, by_tool, unknown),
         "confirmation_outcomes": _confirmation_outcomes(scope, outcomes),
         "decision_times": _decision_times(scope, outcomes),
     }
@@ -172,7 +235,7 @@ def _rejection_over_time(scope: Scope, figures: CallFigures) -> dict[str, Any]:
     return _chart("Rejection rate over time", [bar.label for bar in buckets.bars], series)
 
 
-def _recovery_by_tool(scope: Scope, figures: CallFigures) -> dict[str, Any]:
+def _recovery_by_tool(scope: Scope, figures: CallFigures, unknown: UnknownTools) -> dict[str, Any]:
     tools = sorted(
         (tool for tool, tally in figures.by_tool.items() if tally.correctable),
         key=lambda tool: (-figures.by_tool[tool].correctable, tool),
@@ -190,27 +253,30 @@ def _recovery_by_tool(scope: Scope, figures: CallFigures) -> dict[str, Any]:
                     for t in tallies
                 ],
                 [
-                    url("analytics:calls", {**scope.exact(outcome="correctable"), "tool": tool})
+                    url("analytics:calls", unknown.drill(scope, tool, outcome="correctable"))
                     for tool in tools
                 ],
             )
         ],
         # No recovery at all is a finding, not an empty chart.
         drawn=bool(tools),
+        notes={unknown.label: unknown.note},
     )
 
 
-def _stuck_by_tool(scope: Scope, figures: CallFigures) -> dict[str, Any]:
+def _stuck_by_tool(scope: Scope, figures: CallFigures, unknown: UnknownTools) -> dict[str, Any]:
     replays = {tool: tally.replayed for tool, tally in figures.by_tool.items() if tally.replayed}
     loops = figures.per_tool(LOOP_DETECTED.name)
     limits = figures.per_tool(STEP_LIMIT.name)
     tools = sorted(set(replays) | set(loops) | set(limits))
+    # Each count out of the tool's calls in the range.
+    of = {tool: figures.by_tool[tool].calls for tool in tools}
     series = [
         _series(
             label,
             [counts.get(tool, 0) for tool in tools],
-            [count(counts.get(tool, 0)) for tool in tools],
-            [url("analytics:calls", {**scope.exact(**drill), "tool": tool}) for tool in tools],
+            [f"{count(counts.get(tool, 0))} of {count(of[tool])} calls" for tool in tools],
+            [url("analytics:calls", unknown.drill(scope, tool, **drill)) for tool in tools],
             look=look,
         )
         for look, (label, counts, drill) in enumerate(
@@ -221,12 +287,18 @@ def _stuck_by_tool(scope: Scope, figures: CallFigures) -> dict[str, Any]:
             )
         )
     ]
-    return _chart("Replays, loop detections and step limits by tool", tools, series)
+    return _chart(
+        "Replays, loop detections and step limits by tool",
+        tools,
+        series,
+        notes={unknown.label: unknown.note},
+    )
 
 
 def _confirmation_outcomes(scope: Scope, outcomes: Mapping[str, Any]) -> dict[str, Any]:
     by_status = outcomes["by_status"]
     statuses = [str(status) for status in OUTCOMES if by_status.get(status)]
+    held = sum(by_status[status] for status in statuses)
     return _chart(
         "Held calls by outcome",
         statuses,
@@ -234,7 +306,7 @@ def _confirmation_outcomes(scope: Scope, outcomes: Mapping[str, Any]) -> dict[st
             _series(
                 "held calls",
                 [by_status[status] for status in statuses],
-                [count(by_status[status]) for status in statuses],
+                [f"{count(by_status[status])} of {count(held)}" for status in statuses],
                 [
                     url("analytics:calls", scope.exact(outcome="held", status=status))
                     for status in statuses
@@ -242,6 +314,14 @@ def _confirmation_outcomes(scope: Scope, outcomes: Mapping[str, Any]) -> dict[st
             )
         ],
     )
+
+
+def _of_decisions(text: str, wait: Mapping[str, Any]) -> str:
+    """A reviewer's time with the number of decisions it is of."""
+    decided = wait.get("decided")
+    if decided is None:
+        return text
+    return f"{text} (of {count(decided)} decision{'s' if decided != 1 else ''})"
 
 
 def _decision_times(scope: Scope, outcomes: Mapping[str, Any]) -> dict[str, Any]:
@@ -265,7 +345,7 @@ def _decision_times(scope: Scope, outcomes: Mapping[str, Any]) -> dict[str, Any]
             _series(
                 f"{label} ({unit})",
                 [round((wait[key] or 0.0) / seconds, 2) for wait in waits],
-                [duration(wait[key]) for wait in waits],
+                [_of_decisions(duration(wait[key]), wait) for wait in waits],
                 urls,
             )
             for label, key in (("median", "p50"), ("90th percentile", "p90"))

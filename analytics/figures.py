@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 
 from django.http import QueryDict
 
+from analytics.charts import tools_grouped, unknown_tools
 from analytics.formatting import code_kind, code_of, count, percent, url
 from analytics.forms import Scope
 from analytics.selectors import CallFigures
@@ -25,6 +26,8 @@ class Headline:
     change: str
     definition: str
     url: str
+    # A rate's count: "1 of 3 calls".
+    counted: str = ""
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ def headlines(
             (now.rejection_rate, past.rejection_rate),
             "Rejected calls out of all calls; a call held for a human is not rejected.",
             outcome="rejected",
+            counted=f"{count(now.rejected)} of {count(now.calls)} calls",
         ),
         _rate_headline(
             scope,
@@ -65,6 +69,7 @@ def headlines(
             "Of the rejections the model can fix, the share it fixed within its next 3 calls "
             "to the same tool in the session.",
             outcome="correctable",
+            counted=f"{count(now.recovered)} of {count(now.correctable)} fixable rejections",
         ),
         _count_headline(
             scope,
@@ -110,6 +115,8 @@ def _rate_headline(
     label: str,
     values: tuple[float | None, float | None],
     definition: str,
+    *,
+    counted: str,
     **drill: str,
 ) -> Headline:
     now, before = values
@@ -120,6 +127,7 @@ def _rate_headline(
         _change_in_rate(now, before),
         definition,
         url("analytics:calls", scope.exact(**drill)),
+        counted,
     )
 
 
@@ -161,6 +169,8 @@ class TableRow:
     recovered: int
     url: str
     recovery_url: str
+    # For the entry of the unknown tools: the names it stands for.
+    names: tuple[str, ...] = ()
 
     @property
     def recovery_rate(self) -> float | None:
@@ -189,7 +199,10 @@ TABLE_SORTS = {
 
 
 def table_rows(scope: Scope, figures: CallFigures, sort: str) -> list[TableRow]:
-    total = figures.total.calls
+    """The rows of tool and code; the tools no agent may call are one entry per code."""
+    unknown = unknown_tools(figures)
+    grouped = tools_grouped(figures, unknown)
+    total = grouped.total.calls
     rows = [
         TableRow(
             tool=tool,
@@ -200,12 +213,13 @@ def table_rows(scope: Scope, figures: CallFigures, sort: str) -> list[TableRow]:
             share=tally.calls / total if total else 0.0,
             correctable=tally.correctable,
             recovered=tally.recovered,
-            url=url("analytics:calls", {**scope.exact(code=code), "tool": tool}),
+            url=url("analytics:calls", unknown.drill(scope, tool, code=code)),
             recovery_url=url(
-                "analytics:calls", {**scope.exact(code=code, outcome="correctable"), "tool": tool}
+                "analytics:calls", unknown.drill(scope, tool, code=code, outcome="correctable")
             ),
+            names=unknown.names if tool == unknown.label else (),
         )
-        for (tool, code), tally in figures.by_tool_code.items()
+        for (tool, code), tally in grouped.by_tool_code.items()
         if tally.calls
     ]
     return sorted(rows, key=TABLE_SORTS.get(sort, TABLE_SORTS["calls"]))

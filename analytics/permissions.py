@@ -16,7 +16,8 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
@@ -26,7 +27,7 @@ from approvals.reviewers import REVIEWERS_GROUP, is_reviewer
 MANAGERS_GROUP = "managers"
 
 Reader = AbstractBaseUser | AnonymousUser
-View = Callable[..., HttpResponse]
+View = Callable[..., HttpResponseBase]
 
 
 def is_manager(user: Reader | object) -> bool:
@@ -52,7 +53,7 @@ def _only(rule: Callable[[Reader], bool], *groups: str) -> Callable[[View], View
     def decorate(view: View) -> View:
         @login_required
         @wraps(view)
-        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if not rule(request.user):
                 raise PermissionDenied(denied)
             return view(request, *args, **kwargs)

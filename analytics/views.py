@@ -1,5 +1,5 @@
 """The managers' pages: the dashboard, the calls behind each of its figures, a call, a session's
-timeline and the CSV of the table of calls by tool and code.
+timeline and the CSV of the calls of a range.
 
 Every figure comes from analytics.selectors; these views only take the range and filters from the
 query string (analytics/forms.py) and lay the figures out (figures.py, charts.py). The pages work
@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+from django.contrib import messages
 from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -116,51 +119,116 @@ def _tool_choices(scope: Scope) -> list[str]:
     return tools
 
 
-# The CSV of the table --------------------------------------------------------------------------
+# The CSV of the calls ---------------------------------------------------------------------------
 
+# One row a call, the columns of the calls page.
 CSV_COLUMNS = (
+    "call_id",
+    "at",
+    "agent",
+    "session_id",
+    "customer_id",
+    "channel",
+    "step",
     "tool",
     "code",
-    "calls",
-    "share",
-    "rejected",
-    "correctable",
-    "recovered",
-    "recovery_rate",
+    "outcome",
+    "replayed",
+    "confirmation_id",
+    "confirmation_status",
+    "arguments",
+    "message",
 )
+# Calls read from the database at a time while the CSV is written.
+CSV_CHUNK = 2000
 
 
 def _cell(value: object) -> object:
-    # A tool name is whatever a model sent: a spreadsheet must not run it as a formula.
+    # A tool name or arguments are whatever a model sent: a spreadsheet must not run them as a
+    # formula.
     if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
         return "'" + value
     return value
 
 
+class _Echo:
+    """A file that hands back what is written to it: csv.writer's rows as the response's
+    chunks."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
 @require_GET
 @managers_only
-def export_csv(request: HttpRequest) -> HttpResponse:
+def export_csv(request: HttpRequest) -> HttpResponseBase:
+    """The calls of the range (and of the calls page's filters), one row a call, at most
+    TOOLGATE_CSV_MAX_ROWS of them: a range that holds more is sent back to narrow, before any
+    byte of the file."""
     scope, _ = scope_from(request.GET)
-    figures = call_figures(**scope.filters(), bucket=scope.bucket)
-    response = HttpResponse(content_type="text/csv; charset=utf-8")
-    name = f"toolgate-calls-{formatting.iso(scope.since)}-{formatting.iso(scope.until)}.csv"
-    response["Content-Disposition"] = f'attachment; filename="{name.replace(":", "")}"'
-    writer = csv.writer(response)
-    writer.writerow(CSV_COLUMNS)
-    for row in table_rows(scope, figures, "calls"):
-        writer.writerow(
-            [
-                _cell(row.tool),
-                _cell(row.code),
-                row.calls,
-                f"{row.share:.4f}",
-                "yes" if row.kind == "rejected" else "no",
-                row.correctable,
-                row.recovered,
-                "" if row.recovery_rate is None else f"{row.recovery_rate:.4f}",
-            ]
+    form = CallsForm(request.GET)
+    form.is_valid()
+    data = {key: form.cleaned_data.get(key) or "" for key in DRILLDOWN_FILTERS}
+    records = calls_for(scope, data)
+    limit = settings.TOOLGATE_CSV_MAX_ROWS
+    # One more than the limit tells "more" without counting a large range to its end.
+    found = records.order_by()[: limit + 1].count()
+    if found > limit:
+        messages.error(
+            request,
+            f"The range holds more than {formatting.count(limit)} calls, the most one CSV "
+            "holds: narrow the range (or choose an agent or a tool) and download again.",
         )
+        return redirect(f"{reverse('analytics:dashboard')}?{scope_query(request.GET)}")
+    name = f"toolgate-calls-{formatting.iso(scope.since)}-{formatting.iso(scope.until)}.csv"
+    response = StreamingHttpResponse(
+        _csv_rows(records.order_by("at", "id")), content_type="text/csv; charset=utf-8"
+    )
+    response["Content-Disposition"] = f'attachment; filename="{name.replace(":", "")}"'
     return response
+
+
+def _csv_rows(records: QuerySet[AuditRecord]) -> Iterator[str]:
+    writer = csv.writer(_Echo())
+    yield writer.writerow(CSV_COLUMNS)
+    names = dict(Agent.objects.values_list("pk", "name"))
+    for chunk in _chunks(records):
+        held = dict(
+            Confirmation.objects.filter(
+                pk__in={r.confirmation_id for r in chunk if r.confirmation_id}
+            ).values_list("pk", "status")
+        )
+        for record in chunk:
+            yield writer.writerow(
+                [
+                    record.call_id,
+                    record.at.isoformat(),
+                    _cell(names.get(record.agent_id, str(record.agent_id))),
+                    _cell(record.session_id),
+                    _cell(record.customer_id),
+                    record.channel,
+                    "" if record.step is None else record.step,
+                    _cell(record.tool),
+                    record.code,
+                    formatting.code_kind(record.code),
+                    "yes" if record.replayed else "no",
+                    record.confirmation_id,
+                    held.get(record.confirmation_id, ""),
+                    _cell(record.raw_arguments),
+                    _cell(record.message),
+                ]
+            )
+
+
+def _chunks(records: QuerySet[AuditRecord]) -> Iterator[list[AuditRecord]]:
+    chunk: list[AuditRecord] = []
+    for record in records.iterator(chunk_size=CSV_CHUNK):
+        chunk.append(record)
+        if len(chunk) == CSV_CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 # The calls behind a figure ---------------------------------------------------------------------

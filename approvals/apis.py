@@ -12,7 +12,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rest_framework import status
 from rest_framework.authentication import SessionAuthentication
@@ -24,7 +24,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from approvals.reviewers import is_reviewer, reviewer_authenticate
-from approvals.services import ConfirmationError, ConfirmationNotFound, ReasonRequired
+from approvals.services import (
+    ConfirmationError,
+    ConfirmationNotFound,
+    ReasonRequired,
+    SecondLookRequired,
+)
 from approvals.services import confirmation_approve as approve
 from approvals.services import confirmation_reject as reject
 from dispatch.apis import JsonApi
@@ -88,6 +93,32 @@ class RejectRequest(BaseModel):
     )
 
 
+APPROVE_EXAMPLES = [
+    OpenApiExample("Approve", value={}, request_only=True, description="An approval, no more."),
+    OpenApiExample(
+        "Approve a possible duplicate",
+        value={"separate": True},
+        request_only=True,
+        description="The reviewer's word that a possible duplicate is a separate one.",
+    ),
+    OpenApiExample(
+        "Approve above the second-look amount",
+        value={"confirmed": True},
+        request_only=True,
+        description="The second look that an amount above the policy's `confirm_above` needs.",
+    ),
+]
+
+REJECT_EXAMPLES = [
+    OpenApiExample(
+        "Reject with a reason",
+        value={"reason": "Not what the customer asked for: offer store credit instead."},
+        request_only=True,
+        description="The reason reaches the agent's model in the result's message.",
+    ),
+]
+
+
 class ApproveRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, title="ApproveRequest")
 
@@ -95,6 +126,12 @@ class ApproveRequest(BaseModel):
         default=False,
         description="the reviewer's explicit word that a possible duplicate is a separate one; "
         "without it, approving a possible duplicate is refused (409 `possible_duplicate`)",
+    )
+    confirmed: bool = Field(
+        default=False,
+        description="the reviewer's second look at an amount above the policy's `confirm_above` "
+        "in its currency; without it, approving such an amount is refused (400 "
+        "`confirmation_required`), and nothing is recorded",
     )
 
 
@@ -150,7 +187,7 @@ class ReviewerApi(JsonApi):
 def _refused(exc: ConfirmationError) -> APIException:
     if isinstance(exc, ConfirmationNotFound):
         return NotFound("There is no confirmation with that id.")
-    if isinstance(exc, ReasonRequired):
+    if isinstance(exc, ReasonRequired | SecondLookRequired):
         return DecisionInvalid(exc.message, exc.code)
     return DecisionRefused(exc.message, exc.code)
 
@@ -165,12 +202,19 @@ class ConfirmationApproveApi(ReviewerApi):
             "different reviewers must approve and whose approval limit covers it. Once they "
             "have, the call is checked again against the state of now and, if it still passes, "
             "executed in the background; if not, it is `invalidated`. The body is optional: "
-            '`{"separate": true}` approves a possible duplicate as a separate one.'
+            '`{"separate": true}` approves a possible duplicate as a separate one; '
+            '`{"confirmed": true}` is the second look that an amount above the policy\'s '
+            "`confirm_above` needs."
         ),
         request=ApproveRequest,
+        examples=APPROVE_EXAMPLES,
         responses={
             200: _STATE,
-            400: OpenApiResponse(ErrorEnvelope, description="a malformed body"),
+            400: OpenApiResponse(
+                ErrorEnvelope,
+                description="a malformed body, or an amount above the policy's `confirm_above` "
+                "approved without `confirmed` (`confirmation_required`)",
+            ),
             **_ERRORS,
         },
     )
@@ -182,6 +226,7 @@ class ConfirmationApproveApi(ReviewerApi):
                 confirmation_id=confirmation_id,
                 reviewer=self.reviewer(request),
                 separate=body.separate,
+                confirmed=body.confirmed,
             )
         except ConfirmationError as exc:
             raise _refused(exc) from None
@@ -209,6 +254,7 @@ class ConfirmationRejectApi(ReviewerApi):
         summary="Reject a held call with a reason (reviewers only)",
         description="Nothing executes; the reason reaches the agent's model.",
         request=RejectRequest,
+        examples=REJECT_EXAMPLES,
         responses={
             200: _STATE,
             400: OpenApiResponse(ErrorEnvelope, description="no reason, or a malformed body"),

@@ -21,10 +21,11 @@ from pydantic import BaseModel, ValidationError
 from approvals.models import ConfirmationEvent, EventKind, ReviewerLimit, Vote
 from approvals.money import money
 from approvals.reviewers import REVIEWERS_GROUP as REVIEWERS_GROUP
-from dispatch.held_money import held_money_sum
+from dispatch.held_money import HeldStanding, held_money_of, held_money_standing
 from dispatch.models import AuditRecord, Confirmation, ConfirmationStatus, Movement
-from dispatch.pipeline.allowance import HeldSum
-from dispatch.pipeline.review import FactKind, ReviewView, ToolWords
+from dispatch.pipeline.allowance import HELD, HeldSum
+from dispatch.pipeline.policy import Policy as PolicySnapshot
+from dispatch.pipeline.review import Fact, FactKind, ReviewView, ToolWords
 from dispatch.pipeline.tools import ToolSpec, held_plurals
 from dispatch.registry import tool_registry
 
@@ -177,6 +178,52 @@ class SumNote:
 
 
 @dataclass(frozen=True, slots=True)
+class CustomerMoney:
+    """One movement of the customer's sum beside a held call: the money the approval judges it
+    with (dispatch/pipeline/allowance.py), as a reviewer reads it."""
+
+    amount: str
+    # The tool's name for its action ("Refund order"), and what it was for ("ORD-1001").
+    action: str
+    subject: str
+    at: datetime
+    # How it stands, in a reviewer's words, and whether it still waits for a reviewer.
+    state: str
+    waiting: bool
+    # Its held call, where a human was asked: a link to its card.
+    confirmation_id: str
+    # It is for the same subject as the held call (another refund of the same order).
+    same_subject: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CustomerStanding:
+    """The customer's money in the policy's window beside a held call: the sum the approval
+    judges, what it means for this one, and why it needs one reviewer or two."""
+
+    window: str
+    # The latest movements (the sum reads a few), and how many more there are before them.
+    movements: tuple[CustomerMoney, ...]
+    more: int
+    earlier: str
+    total: str
+    # What the sum means for this call, and the reviewers' rule with the policy's amounts.
+    meaning: str
+    reviewers_rule: str
+    # Other held calls for the same subject that still wait (two refunds of one order).
+    siblings: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SecondLook:
+    """Approving it asks once more: its amount is above the policy's second-look amount."""
+
+    line: str
+    amount: str
+    total: str
+
+
+@dataclass(frozen=True, slots=True)
 class DuplicateNote:
     """What a possible duplicate may repeat, and where its twin is if it was held too."""
 
@@ -193,6 +240,8 @@ class Detail:
     value: str
     # An amount, aligned as a figure.
     money: bool = False
+    # A moment, which the pages show as a date with the exact time on hover.
+    moment: datetime | None = None
 
 
 # The words for a call whose tool is gone from the registry.
@@ -227,6 +276,10 @@ class ReviewItem:
     duplicate: DuplicateNote | None = None
     # Approved, and no worker has taken it yet (the broker or the workers are away).
     waiting_for_worker: bool = False
+    # While it waits: the customer's money in the window beside it, and whether approving it
+    # asks once more.
+    standing: CustomerStanding | None = None
+    second_look: SecondLook | None = None
 
     @property
     def id(self) -> str:
@@ -305,7 +358,9 @@ def review_items(
         review = _review(spec, arguments, confirmation.customer_id)
         words = spec.action_words if spec else PLAIN_WORDS
         status = effective_status(confirmation, now)
-        held = _held_sum(confirmation, now) if status == ConfirmationStatus.PENDING else None
+        standing = _standing(confirmation, now) if status == ConfirmationStatus.PENDING else None
+        held = None if standing is None else standing.held
+        policy = _policy(confirmation)
         items.append(
             ReviewItem(
                 confirmation=confirmation,
@@ -337,17 +392,128 @@ def review_items(
                 customer_sum=_sum_note(confirmation, held, currency),
                 duplicate=_duplicate_note(confirmation, held, currency),
                 waiting_for_worker=status == ConfirmationStatus.APPROVED,
+                standing=_customer_standing(confirmation, standing, policy, currency, now),
+                second_look=_second_look(confirmation, held, policy, currency)
+                if status == ConfirmationStatus.PENDING
+                else None,
             )
         )
     return items
 
 
-def _held_sum(confirmation: Confirmation, now: datetime) -> HeldSum | None:
-    """The customer's sum as an approval now would judge it (under the agent's current policy)."""
+def _policy(confirmation: Confirmation) -> PolicySnapshot | None:
     policy = confirmation.agent.current_policy
+    return None if policy is None else policy.snapshot()
+
+
+def _standing(confirmation: Confirmation, now: datetime) -> HeldStanding | None:
+    """The customer's sum as an approval now would judge it (under the agent's current policy),
+    with the movements it was read from."""
+    policy = _policy(confirmation)
     if policy is None:
         return None
-    return held_money_sum(confirmation=confirmation, policy=policy.snapshot(), now=now)
+    return held_money_standing(confirmation=confirmation, policy=policy, now=now)
+
+
+def _customer_standing(
+    confirmation: Confirmation,
+    standing: HeldStanding | None,
+    policy: PolicySnapshot | None,
+    currency: str,
+    now: datetime,
+) -> CustomerStanding | None:
+    """The customer's money beside a held call, read as the approval reads it: the same sum."""
+    if standing is None or policy is None or not currency:
+        return None
+    held, history = standing
+    _, subject = held_money_of(confirmation)
+    movements = tuple(
+        CustomerMoney(
+            amount=money(movement.amount_cents, currency),
+            action=_action_label(movement.tool),
+            subject=movement.subject,
+            at=movement.at,
+            state=EARLIER_STATES.get(movement.approval, movement.approval),
+            waiting=movement.approval == HELD,
+            confirmation_id=movement.confirmation_id,
+            same_subject=bool(subject) and movement.subject == subject,
+        )
+        for movement in reversed(history.customer_window)
+    )
+    window = _hours(policy.auto_approve_window_seconds)
+    this = money(held.amount_cents, currency)
+    total = money(held.sum_cents, currency)
+    if held.earlier_cents:
+        meaning, verb = f"That sum, {total}", "is "
+    else:
+        meaning = f"Nothing else for this customer in the last {window}: the sum is this {this}"
+        verb = ""
+    limits = policy.limits(currency)
+    if limits is not None and held.sum_cents >= limits.auto_approve_below_cents:
+        meaning += (
+            f", {verb}not below {money(limits.auto_approve_below_cents, currency)}, the most that "
+            "may move without a human."
+        )
+    elif limits is not None:
+        meaning += (
+            f", {verb}below {money(limits.auto_approve_below_cents, currency)}, the most that may "
+            "move without a human: the call was held for the reason above."
+        )
+    else:
+        meaning += "."
+    return CustomerStanding(
+        window=window,
+        movements=movements,
+        more=max(0, history.customer_window_count - len(movements)),
+        earlier=money(held.earlier_cents, currency),
+        total=total,
+        meaning=meaning,
+        reviewers_rule=reviewers_rule(policy, held.sum_cents, currency),
+        siblings=sum(1 for m in movements if m.same_subject and m.waiting),
+    )
+
+
+def reviewers_rule(policy: PolicySnapshot, sum_cents: int, currency: str) -> str:
+    """Why a sum needs one reviewer or two, with the policy's amounts in its currency."""
+    limits = policy.limits(currency)
+    total = money(sum_cents, currency)
+    if limits is None:
+        return (
+            f"One reviewer: this agent's policy sets no thresholds in {currency}, so a human "
+            f"decides every call in it, and one is enough."
+        )
+    line = limits.two_reviewers_from_cents
+    if line is None:
+        return f"One reviewer: this agent's policy never asks for two in {currency}."
+    if sum_cents >= line:
+        return (
+            f"Two different reviewers: the customer's sum, {total}, is not below "
+            f"{money(line, currency)}, from which this agent's policy asks for two."
+        )
+    return (
+        f"One reviewer: the customer's sum, {total}, is below {money(line, currency)}, from "
+        "which this agent's policy asks for two."
+    )
+
+
+def _second_look(
+    confirmation: Confirmation, held: HeldSum | None, policy: PolicySnapshot | None, currency: str
+) -> SecondLook | None:
+    if policy is None or not policy.needs_second_look(confirmation.amount_cents, currency):
+        return None
+    line = policy.confirm_above(currency)
+    assert line is not None and confirmation.amount_cents is not None
+    total = held.sum_cents if held is not None else confirmation.amount_cents
+    return SecondLook(
+        line=money(line, currency),
+        amount=money(confirmation.amount_cents, currency),
+        total=money(total, currency),
+    )
+
+
+def _action_label(tool: str) -> str:
+    spec = tool_registry.get(tool)
+    return spec.title if spec is not None else tool
 
 
 def _sum_note(confirmation: Confirmation, held: HeldSum | None, currency: str) -> SumNote | None:
@@ -576,12 +742,17 @@ def _facts(review: ReviewView | None, currency: str) -> tuple[Detail, ...]:
     if review is None:
         return ()
     currency = currency or review.currency
-    return tuple(
-        Detail(fact.label, money(fact.value, currency), money=True)
-        if fact.kind is FactKind.MONEY and isinstance(fact.value, int) and currency
-        else Detail(fact.label, str(fact.value), money=fact.kind is FactKind.MONEY)
-        for fact in review.facts
-    )
+    return tuple(_fact(fact, currency) for fact in review.facts)
+
+
+def _fact(fact: Fact, currency: str) -> Detail:
+    if fact.kind is FactKind.MONEY and isinstance(fact.value, int) and currency:
+        return Detail(fact.label, money(fact.value, currency), money=True)
+    if fact.kind is FactKind.DATE:
+        moment = _parsed_time(fact.value)
+        if moment is not None:
+            return Detail(fact.label, "", moment=moment)
+    return Detail(fact.label, str(fact.value), money=fact.kind is FactKind.MONEY)
 
 
 def _other_arguments(

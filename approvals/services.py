@@ -44,6 +44,7 @@ from dispatch.pipeline import codes
 from dispatch.pipeline.allowance import HeldSum
 from dispatch.pipeline.audit_chain import event_chain, link_hash
 from dispatch.pipeline.engine import Refusal, RetryPolicy, execute_with_retries, recheck
+from dispatch.pipeline.policy import Policy as PolicySnapshot
 from dispatch.pipeline.results import CallResult, make_result
 from dispatch.pipeline.state import KeyStatus
 from dispatch.pipeline.tools import ExecutionContext, ToolSpec
@@ -93,6 +94,14 @@ class PossibleDuplicate(ConfirmationError):
     code = "possible_duplicate"
 
 
+class SecondLookRequired(ConfirmationError):
+    """Its amount is above the one its policy names for a second look (confirm_above): approving
+    it takes the reviewer's confirmation, given once more after seeing the amount and the
+    customer's sum."""
+
+    code = "confirmation_required"
+
+
 class NotReconcilable(ConfirmationError):
     """Only an execution whose outcome is unknown is reconciled."""
 
@@ -108,6 +117,7 @@ def confirmation_approve(
     reviewer: User,
     now: datetime | None = None,
     separate: bool = False,
+    confirmed: bool = False,
 ) -> Confirmation:
     """Record the reviewer's approval. The customer's sum is judged again as it stands now (the
     call's own amount once, with everything else moved or on its way in the window): it decides
@@ -118,14 +128,18 @@ def confirmation_approve(
 
     A possible duplicate (held as one, or with a twin approved, executing or executed by now) is
     refused unless `separate`: the reviewer's explicit word that it is a separate one, which the
-    event log keeps. Raises ConfirmationError. `now` is the decision's time (a demo's history
-    gives its own; by default, now)."""
-    return _raise_refusal(_approve(confirmation_id, reviewer, now or timezone.now(), separate))
+    event log keeps. An amount above the policy's second-look amount in its currency
+    (confirm_above) is refused unless `confirmed`: the reviewer's second look, given after
+    seeing the amount and the customer's sum. Raises ConfirmationError. `now` is the decision's
+    time (a demo's history gives its own; by default, now)."""
+    return _raise_refusal(
+        _approve(confirmation_id, reviewer, now or timezone.now(), separate, confirmed)
+    )
 
 
 @transaction.atomic
 def _approve(
-    confirmation_id: str, reviewer: User, now: datetime, separate: bool
+    confirmation_id: str, reviewer: User, now: datetime, separate: bool, confirmed: bool = False
 ) -> Confirmation | ConfirmationError:
     confirmation = _pending_locked(confirmation_id, now)
     if isinstance(confirmation, ConfirmationError):
@@ -155,6 +169,12 @@ def _approve(
             "separate one, with its own approval as such.",
             confirmation,
         )
+    if (
+        policy is not None
+        and not confirmed
+        and policy.needs_second_look(confirmation.amount_cents, confirmation.currency)
+    ):
+        return SecondLookRequired(_second_look_words(confirmation, policy, customer_sum))
     if (
         customer_sum is not None
         and customer_sum.reviewers_required != confirmation.reviewers_required
@@ -231,6 +251,27 @@ def _twin_words(confirmation: Confirmation, customer_sum: HeldSum) -> str:
     return (
         f"{twin.tool} of {_amount(twin.amount_cents, currency)} for {twin.subject}, "
         f"{state} in another conversation at {twin.at:%Y-%m-%d %H:%M} UTC"
+    )
+
+
+def _second_look_words(
+    confirmation: Confirmation, policy: PolicySnapshot, customer_sum: HeldSum | None
+) -> str:
+    currency = confirmation.currency
+    line = policy.confirm_above(currency)
+    assert confirmation.amount_cents is not None and line is not None
+    total = (
+        ""
+        if customer_sum is None
+        else (
+            f"; with the customer's other money in the window the sum is "
+            f"{_amount(customer_sum.sum_cents, currency)}"
+        )
+    )
+    return (
+        f"Not approved yet: {_amount(confirmation.amount_cents, currency)} is above "
+        f"{_amount(line, currency)}, the amount above which an approval is confirmed once more"
+        f"{total}. Look again and confirm to approve it."
     )
 
 

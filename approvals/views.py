@@ -114,15 +114,42 @@ def _decide(
 @reviewer_required
 def approve(request: HttpRequest, confirmation_id: str) -> HttpResponse:
     _existing(confirmation_id)
-    return _decide(
-        request,
-        confirmation_id,
-        lambda: services.confirmation_approve(
+    # The second, deliberate action of a possible duplicate's form.
+    separate = request.POST.get("separate") == "yes"
+    try:
+        confirmation = services.confirmation_approve(
             confirmation_id=confirmation_id,
             reviewer=_reader(request),
-            # The second, deliberate action of a possible duplicate's form.
-            separate=request.POST.get("separate") == "yes",
-        ),
+            separate=separate,
+            # The second look that an amount above the policy's confirm_above needs.
+            confirmed=request.POST.get("confirmed") == "yes",
+        )
+    except services.SecondLookRequired as exc:
+        # Nothing was recorded: the card again, asking once more, and a 400 for a script.
+        return _second_look(request, confirmation_id, exc.message, separate=separate)
+    except services.ConfirmationError as exc:
+        messages.error(request, exc.message)
+    else:
+        _tell_outcome(request, confirmation)
+    return _back(request, confirmation_id)
+
+
+def _second_look(
+    request: HttpRequest, confirmation_id: str, message: str, *, separate: bool
+) -> HttpResponse:
+    item = selectors.confirmation_item(confirmation_id=confirmation_id, reader=_reader(request))
+    assert item is not None
+    messages.warning(request, message)
+    return render(
+        request,
+        "approvals/detail.html",
+        {
+            "item": item,
+            "next": _next(request, reverse("approvals:detail", args=[item.id])),
+            "second_look_open": item.id,
+            "second_look_separate": separate,
+        },
+        status=400,
     )
 
 
@@ -201,14 +228,19 @@ def _existing(confirmation_id: str) -> None:
 def _back(request: HttpRequest, confirmation_id: str, *, default: str = "") -> HttpResponse:
     """Back to the page the form was on (a local path only), after the POST (303: a reload
     does not submit it again)."""
+    response = HttpResponseRedirect(_next(request, default or reverse("approvals:queue")))
+    response.status_code = 303
+    return response
+
+
+def _next(request: HttpRequest, default: str) -> str:
+    """The page the form was on, a local path only; else `default`."""
     target = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ) or not target.startswith("/"):
-        target = default or reverse("approvals:queue")
-    response = HttpResponseRedirect(target)
-    response.status_code = 303
-    return response
+        return default
+    return target
 
 
 def _tell_outcome(request: HttpRequest, confirmation: Confirmation) -> None:

@@ -122,7 +122,11 @@ class _Reviewers:
             reviewer, *others = decision.reviewers
             with transaction.atomic():
                 confirmation = confirmation_approve(
-                    confirmation_id=decision.confirmation_id, reviewer=reviewer, now=decision.at
+                    confirmation_id=decision.confirmation_id,
+                    reviewer=reviewer,
+                    now=decision.at,
+                    # The history's reviewers decided with a second look where one was asked.
+                    confirmed=True,
                 )
                 if confirmation.status == ConfirmationStatus.APPROVED:
                     # Executed at once, as a worker would: its money moved at the decision's

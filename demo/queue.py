@@ -127,7 +127,9 @@ def _seed(seeder: _Seeder, reviewer: User, second_reviewer: User) -> None:
     )
     if dual is not None:
         seeder.decide(
-            lambda: confirmation_approve(confirmation_id=dual.pk, reviewer=second_reviewer)
+            lambda: confirmation_approve(
+                confirmation_id=dual.pk, reviewer=second_reviewer, confirmed=True
+            )
         )
 
     executed = seeder.hold(
@@ -135,7 +137,11 @@ def _seed(seeder: _Seeder, reviewer: User, second_reviewer: User) -> None:
         "approved by reviewer",
     )
     if executed is not None:
-        seeder.decide(lambda: confirmation_approve(confirmation_id=executed.pk, reviewer=reviewer))
+        seeder.decide(
+            lambda: confirmation_approve(
+                confirmation_id=executed.pk, reviewer=reviewer, confirmed=True
+            )
+        )
 
     rejected = seeder.hold(
         Refund("demo-fabio", "CUS-3", "ORD-1005", 7_500, "EUR", "customer_request"),
@@ -171,7 +177,9 @@ def _seed(seeder: _Seeder, reviewer: User, second_reviewer: User) -> None:
         gateway_faults_set(fail_before_commit=10)
         try:
             seeder.decide(
-                lambda: confirmation_approve(confirmation_id=failed.pk, reviewer=reviewer)
+                lambda: confirmation_approve(
+                    confirmation_id=failed.pk, reviewer=reviewer, confirmed=True
+                )
             )
         finally:
             gateway_faults_set()
@@ -183,7 +191,9 @@ def _seed(seeder: _Seeder, reviewer: User, second_reviewer: User) -> None:
         gateway_faults_set(lose_response_after_commit=10)
         try:
             seeder.decide(
-                lambda: confirmation_approve(confirmation_id=unknown.pk, reviewer=reviewer)
+                lambda: confirmation_approve(
+                    confirmation_id=unknown.pk, reviewer=reviewer, confirmed=True
+                )
             )
         finally:
             gateway_faults_set()

@@ -118,7 +118,8 @@ class CallCreateApi(AgentApi):
         summary="Submit one raw tool call",
         description=(
             "Every pipeline outcome, rejections included, is a 200 whose body says `ok`. "
-            "Status codes other than 200 are about the envelope."
+            "Status codes other than 200 are about the envelope. The examples are real: each "
+            "request with the answer it got (ok, replayed, held, and rejected at each stage)."
         ),
         parameters=[
             OpenApiParameter(

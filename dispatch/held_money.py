@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection
 from django.utils import timezone
 
 from dispatch.models import Confirmation, IdempotencyRecord, Movement, MovementApproval
-from dispatch.pipeline.allowance import AllowanceRequest, HeldSum, held_sum
+from dispatch.pipeline.allowance import AllowanceHistory, AllowanceRequest, HeldSum, held_sum
 from dispatch.pipeline.policy import Policy
 from dispatch.pipeline.state import KeyStatus
 from dispatch.registry import tool_registry
@@ -70,11 +70,27 @@ def held_money_of(confirmation: Confirmation) -> tuple[str, str]:
     return confirmation.currency, subject
 
 
+class HeldStanding(NamedTuple):
+    """A held call's sum, and the customer's other money in the window that makes it, as the
+    approval reads and judges them (the latest few movements, and how many there are)."""
+
+    held: HeldSum
+    history: AllowanceHistory
+
+
 def held_money_sum(
     *, confirmation: Confirmation, policy: Policy, now: datetime | None = None
 ) -> HeldSum | None:
     """The sum the held call makes now with the customer's other money in the policy's window,
     and the reviewers that sum needs; None for a call that moves no amount."""
+    standing = held_money_standing(confirmation=confirmation, policy=policy, now=now)
+    return None if standing is None else standing.held
+
+
+def held_money_standing(
+    *, confirmation: Confirmation, policy: Policy, now: datetime | None = None
+) -> HeldStanding | None:
+    """held_money_sum, with the history it was judged by: what a reviewer is shown beside it."""
     if confirmation.amount_cents is None:
         return None
     now = now or timezone.now()
@@ -95,7 +111,7 @@ def held_money_sum(
     )
     with connection.cursor() as cursor:
         history = allowance_read(request, cursor=cursor)
-    return held_sum(policy, request, history)
+    return HeldStanding(held_sum(policy, request, history), history)
 
 
 def held_money_approved(*, confirmation: Confirmation) -> None:

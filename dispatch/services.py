@@ -47,6 +47,7 @@ def policy_create(
     auto_approve_window_seconds: int = 24 * 3600,
     daily_cap_cents: int | None = None,
     two_reviewers_from_cents: int | None = None,
+    confirm_above_cents: int | None = None,
     step_budget: int = 50,
     repeat_limit: int = 3,
     confirmation_ttl_seconds: int = 24 * 3600,
@@ -69,7 +70,11 @@ def policy_create(
         if max_amount_cents is None:
             raise ValueError("a policy needs thresholds per currency, or a maximum amount")
         flat = CurrencyLimits(
-            max_amount_cents, auto_approve_below_cents, two_reviewers_from_cents, daily_cap_cents
+            max_amount_cents,
+            auto_approve_below_cents,
+            two_reviewers_from_cents,
+            daily_cap_cents,
+            confirm_above_cents,
         )
         currencies = {currency: flat for currency in settings.TOOLGATE_POLICY_CURRENCIES}
     # Locking the agent makes concurrent edits take consecutive versions.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import NamedTuple, Protocol
 
 from dispatch.pipeline.state import Lookup
@@ -29,6 +30,8 @@ class OrderView(NamedTuple):
     total_cents: int
     currency: str
     refunded_cents: int
+    # When it was placed, where the book keeps it.
+    placed_at: datetime | None = None
 
     @property
     def refundable_cents(self) -> int:

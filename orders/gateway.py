@@ -20,7 +20,8 @@ from orders.models import Refund, RefundApproval
 from orders.services import GatewayFaultKind, gateway_fault_consume
 
 _FIND_SQL = """
-    SELECT order_id, customer_id, total_cents, currency, refunded_cents FROM orders_order
+    SELECT order_id, customer_id, total_cents, currency, refunded_cents, created_at AS placed_at
+    FROM orders_order
     WHERE order_id = %(order_id)s AND customer_id = %(customer_id)s
 """
 
@@ -32,7 +33,16 @@ def _order_of(row: Mapping[str, Any]) -> OrderView:
         total_cents=row["total_cents"],
         currency=row["currency"],
         refunded_cents=row["refunded_cents"],
+        placed_at=_moment(row.get("placed_at")),
     )
+
+
+def _moment(value: Any) -> datetime | None:
+    # PostgreSQL returns aware datetimes; SQLite naive ones in UTC, or text.
+    if value is None:
+        return None
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 # How a store reads the order tools' lookup (orders.book.order_lookup) with a call's opening.

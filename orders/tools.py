@@ -110,10 +110,16 @@ def order_review(order_id: str, order: OrderView | None) -> ReviewView:
     if order is None:
         return ReviewView("Order", order_id, found=False)
     money = FactKind.MONEY
+    placed = (
+        ()
+        if order.placed_at is None
+        else (Fact("Ordered", order.placed_at.isoformat(), FactKind.DATE),)
+    )
     return ReviewView(
         "Order",
         order.order_id,
         facts=(
+            *placed,
             Fact("Order total", order.total_cents, money),
             Fact("Already refunded", order.refunded_cents, money),
             Fact("Still refundable", order.refundable_cents, money),

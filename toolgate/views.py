@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from axes.handlers.proxy import AxesProxyHandler
 from django.conf import settings
+from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -27,10 +29,18 @@ def favicon(request: HttpRequest) -> HttpResponse:
 
 
 class RoleLoginView(LoginView):
-    """Django's login; without a `next`, each role lands on its own page (navigation.py)."""
+    """Django's login; without a `next`, each role lands on its own page (navigation.py). After a
+    failure it says how many attempts are left before the lockout: counted for the user name
+    and the address as axes counts them, the same whether the user exists or not."""
 
     def get_default_redirect_url(self) -> str:
         return landing_url(self.request.user)
+
+    def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
+        username = str(self.request.POST.get("username", ""))
+        failures = AxesProxyHandler.get_failures(self.request, {"username": username})
+        left = max(0, settings.AXES_FAILURE_LIMIT - failures)
+        return self.render_to_response(self.get_context_data(form=form, attempts_left=left))
 
 
 def login_locked_out(

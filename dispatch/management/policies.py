@@ -18,6 +18,7 @@ DEFAULT_LIMITS: dict[str, str | None] = {
     "auto_approve_below": "50",
     "two_reviewers_from": "300",
     "daily_cap": None,
+    "confirm_above": None,
 }
 DEFAULT_POLICY: dict[str, Any] = {
     "auto_approve_window_seconds": 24 * 3600,
@@ -31,6 +32,7 @@ LIMIT_FLAGS = {
     "auto_approve_below": ("auto_approve_below_cents", False),
     "two_reviewers_from": ("two_reviewers_from_cents", True),
     "daily_cap": ("daily_cap_cents", True),
+    "confirm_above": ("confirm_above_cents", True),
 }
 
 
@@ -138,7 +140,8 @@ def describe_policy(policy: Policy) -> list[str]:
                     f"max {_amount(each.max_amount_cents, currency)} a call; no human below "
                     f"{_amount(each.auto_approve_below_cents, currency)}; two reviewers from "
                     f"{_amount(each.two_reviewers_from_cents, currency, 'never')}; daily cap "
-                    f"{_amount(each.daily_cap_cents, currency, 'none')}",
+                    f"{_amount(each.daily_cap_cents, currency, 'none')}; approvals ask once more "
+                    f"above {_amount(each.confirm_above_cents, currency, 'never')}",
                 )
             )
         rows.append(("other currencies", "held for a human"))

@@ -35,6 +35,9 @@ class CurrencyLimits(NamedTuple):
     two_reviewers_from_cents: int | None = None
     # What the agent may move without a human per UTC day; None: no cap of its own.
     daily_cap_cents: int | None = None
+    # Above this amount a reviewer's approval asks once more, showing the amount and the
+    # customer's sum, before it is made; None: one click approves any amount.
+    confirm_above_cents: int | None = None
 
 
 _NO_RULES: Mapping[str, HumanRule] = MappingProxyType({})
@@ -70,6 +73,16 @@ class Policy:
                 self.daily_cap_cents,
             )
         return self.currencies.get(currency)
+
+    def confirm_above(self, currency: str) -> int | None:
+        """The amount in that currency above which an approval asks once more, if any."""
+        limits = self.limits(currency)
+        return None if limits is None else limits.confirm_above_cents
+
+    def needs_second_look(self, amount_cents: int | None, currency: str) -> bool:
+        """Whether approving a held call of that amount asks the reviewer once more."""
+        line = self.confirm_above(currency)
+        return line is not None and amount_cents is not None and amount_cents > line
 
     def human_rule(self, tool: str, *, high_risk: bool) -> HumanRule:
         rule = self.humans.get(tool)

@@ -15,6 +15,8 @@ class FactKind(enum.StrEnum):
     # An amount in minor units of the call's currency (or the review's, for a call that names
     # none), which the reviewer's pages format.
     MONEY = "money"
+    # A moment, as an ISO 8601 text with its offset, which the reviewer's pages show as a date.
+    DATE = "date"
 
 
 class Fact(NamedTuple):

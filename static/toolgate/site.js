@@ -75,10 +75,29 @@
     else help.showModal();
   }
 
-  // Whether the queue may reload now: never while the reader is writing a reason or reading help.
+  // An approval above the policy's second-look amount asks once more, in the page, before its
+  // POST: the dialog shows the amount and the customer's sum, and its own form sends the
+  // confirmation. (Without JavaScript the server answers the first POST with the same dialog.)
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form || !form.dataset || !form.dataset.secondLook) return;
+    var dialog = document.getElementById(form.dataset.secondLook);
+    if (!dialog) return;
+    event.preventDefault();
+    var separate = form.querySelector("input[name=separate]");
+    var carried = dialog.querySelector("input[name=separate]");
+    if (carried) carried.value = separate ? separate.value : "";
+    if (!dialog.open) dialog.showModal();
+    var confirm = dialog.querySelector("button.confirm");
+    if (confirm) confirm.focus();
+  }, true);
+
+  // Whether the queue may reload now: never while the reader is writing a reason, reading help
+  // or looking once more at an approval.
   window.toolgateQueueMayRefresh = function () {
     var help = document.getElementById("keys-help");
     if (help && help.open) return false;
+    if (document.querySelector("#queue dialog[open]")) return false;
     if (document.querySelector("#queue details.reject[open]")) return false;
     return !typing(document.activeElement);
   };
@@ -105,6 +124,8 @@
       return;
     }
     if (typing(event.target) || event.ctrlKey || event.metaKey || event.altKey) return;
+    // A second look is open: its own buttons (and Esc) decide.
+    if (document.querySelector("#queue dialog.second-look[open]")) return;
     var item = selected();
     switch (event.key) {
       case "j":
@@ -149,6 +170,13 @@
     keep = item ? item.id : null;
   });
   document.addEventListener("htmx:afterSwap", function () {
+    // The tab's title counts what the badge counts: every pending item, not only those shown.
+    var queue = document.getElementById("queue");
+    if (queue && queue.dataset.pendingTotal !== undefined) {
+      var total = parseInt(queue.dataset.pendingTotal, 10) || 0;
+      document.title = document.title.replace(/^Approvals( \(\d+\))?/,
+        "Approvals" + (total ? " (" + total + ")" : ""));
+    }
     if (!keep) return;
     var again = document.getElementById(keep);
     if (again) {

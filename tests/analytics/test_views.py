@@ -601,30 +601,66 @@ def test_a_session_without_calls_is_404(traffic: Traffic, manager: Client) -> No
 
 
 def csv_rows(response: Any) -> list[list[str]]:
-    return list(csv.reader(io.StringIO(response.content.decode())))
+    body = b"".join(response.streaming_content).decode()
+    return list(csv.reader(io.StringIO(body)))
 
 
-def test_the_csv_holds_the_table(traffic: Traffic, manager: Client) -> None:
+CSV_HEADER = [
+    "call_id",
+    "at",
+    "agent",
+    "session_id",
+    "customer_id",
+    "channel",
+    "step",
+    "tool",
+    "code",
+    "outcome",
+    "replayed",
+    "confirmation_id",
+    "confirmation_status",
+    "arguments",
+    "message",
+]
+
+
+def test_the_csv_holds_the_calls_of_the_range_one_row_a_call(
+    traffic: Traffic, manager: Client
+) -> None:
     response = manager.get("/analytics/export.csv")
 
+    assert response.status_code == 200
     assert response["Content-Type"] == "text/csv; charset=utf-8"
     assert response["Content-Disposition"].startswith('attachment; filename="toolgate-calls-')
-    assert csv_rows(response) == [
-        ["tool", "code", "calls", "share", "rejected", "correctable", "recovered", "recovery_rate"],
-        ["get_order", "OK", "2", "0.2222", "no", "0", "0", ""],
-        ["refund_order", "OK", "2", "0.2222", "no", "0", "0", ""],
-        ["get_order", "INVALID_ARGUMENTS", "1", "0.1111", "yes", "1", "1", "1.0000"],
-        ["get_order", "ORDER_NOT_FOUND", "1", "0.1111", "yes", "1", "0", "0.0000"],
-        ["refund_order", "CONFIRMATION_REQUIRED", "1", "0.1111", "no", "0", "0", ""],
-        ["refund_order", "INVALID_ARGUMENTS", "1", "0.1111", "yes", "1", "0", "0.0000"],
-        ["refund_order", "LOOP_DETECTED", "1", "0.1111", "yes", "0", "0", ""],
-    ]
+    rows = csv_rows(response)
+    assert rows[0] == CSV_HEADER
+    # The 9 calls of the last 24 hours, oldest first, each as the calls page shows it.
+    since = traffic.now - timedelta(hours=24)
+    expected = AuditRecord.objects.filter(at__gte=since).order_by("at", "id")
+    assert [row[0] for row in rows[1:]] == [record.call_id for record in expected]
+    assert len(rows) == 10
+    by_id = {row[0]: dict(zip(CSV_HEADER, row, strict=True)) for row in rows[1:]}
+    held = by_id[AuditRecord.objects.get(confirmation_id=traffic.held.pk).call_id]
+    assert held["agent"] == "shop-agent"
+    assert held["session_id"] == "s-1"
+    assert held["customer_id"] == "CUS-1"
+    assert held["tool"] == "refund_order"
+    assert held["code"] == "CONFIRMATION_REQUIRED"
+    assert held["outcome"] == "held"
+    assert held["confirmation_id"] == traffic.held.pk
+    assert held["confirmation_status"] == "pending"
+    assert json.loads(held["arguments"]) == HELD_REFUND
+    assert held["replayed"] == "no"
+    assert sum(1 for row in by_id.values() if row["replayed"] == "yes") == 1
 
 
 def test_the_csv_follows_the_filters(traffic: Traffic, manager: Client) -> None:
     response = manager.get(f"/analytics/export.csv?agent={traffic.other.pk}&range=7d")
 
-    assert csv_rows(response)[1:] == [["get_order", "OK", "1", "1.0000", "no", "0", "0", ""]]
+    rows = csv_rows(response)[1:]
+    assert [(row[2], row[7], row[8]) for row in rows] == [("other-agent", "get_order", "OK")]
+    coded = csv_rows(manager.get("/analytics/export.csv?code=INVALID_ARGUMENTS"))[1:]
+    assert {row[8] for row in coded} == {"INVALID_ARGUMENTS"} and len(coded) == 2
 
 
 def test_the_csv_does_not_let_a_tool_name_run_as_a_formula(
@@ -634,4 +670,70 @@ def test_the_csv_does_not_let_a_tool_name_run_as_a_formula(
 
     rows = csv_rows(manager.get("/analytics/export.csv"))
 
-    assert ["'=HYPERLINK(1)", "UNKNOWN_TOOL", "1", "0.1000", "yes", "1", "0", "0.0000"] in rows
+    assert [row[7] for row in rows if row[8] == "UNKNOWN_TOOL"] == ["'=HYPERLINK(1)"]
+
+
+def test_a_range_with_more_calls_than_a_csv_holds_is_sent_back_to_narrow(
+    traffic: Traffic, manager: Client, settings: Any
+) -> None:
+    settings.TOOLGATE_CSV_MAX_ROWS = 8
+
+    response = manager.get("/analytics/export.csv?range=24h")
+
+    # Refused before any byte of a file: a redirect to the dashboard of the same range, which
+    # says why.
+    assert response.status_code == 302
+    assert "Content-Disposition" not in response
+    assert response["Location"].startswith("/analytics/?")
+    assert "range=24h" in response["Location"]
+    page = manager.get(response["Location"]).content.decode()
+    assert "The range holds more than 8 calls, the most one CSV holds" in page
+    settings.TOOLGATE_CSV_MAX_ROWS = 9
+    assert len(csv_rows(manager.get("/analytics/export.csv?range=24h"))) == 10
+
+
+# Counts beside every rate, and the tools no agent may call ----------------------------------
+
+
+def test_the_rates_say_their_counts(traffic: Traffic, manager: Client) -> None:
+    response = manager.get("/analytics/")
+
+    counted = {h.label: h.counted for h in response.context["headlines"]}
+    assert counted["Rejection rate"] == "4 of 9 calls"
+    assert counted["Recovery rate"] == "1 of 3 fixable rejections"
+    page = response.content.decode()
+    assert "4 of 9 calls" in page
+    charts = response.context["charts"]
+    stuck = {s["label"]: s["texts"] for s in charts["stuck_by_tool"]["series"]}
+    assert stuck["replays"] == ["1 of 5 calls"]
+    assert charts["confirmation_outcomes"]["series"][0]["texts"] == ["1 of 1"]
+    # The table beside each chart says the same.
+    assert "50.0 % (1 of 2)" in page and "1 of 5 calls" in page
+
+
+def test_tool_names_no_agent_may_call_are_one_entry_with_their_names(
+    traffic: Traffic, manager: Client
+) -> None:
+    for name in ("lookup_order", "fetch_order", "lookup_order"):
+        send(traffic.shop, f"s-{name}", name, json.dumps(GOOD_READ))
+
+    response = manager.get("/analytics/")
+
+    charts = response.context["charts"]
+    recovery = charts["recovery_by_tool"]
+    assert "lookup_order" not in recovery["labels"] and "fetch_order" not in recovery["labels"]
+    assert "unknown tools (2 names)" in recovery["labels"]
+    index = recovery["labels"].index("unknown tools (2 names)")
+    assert recovery["series"][0]["texts"][index] == "0.0 % (0 of 3)"
+    note = next(r["note"] for r in recovery["rows"] if r["label"] == "unknown tools (2 names)")
+    assert note == "fetch_order, lookup_order"
+    # Its bar leads to the calls refused as unknown tools.
+    assert "code=UNKNOWN_TOOL" in recovery["series"][0]["urls"][index]
+    rows = [
+        (row.tool, row.code, row.calls, row.names)
+        for row in response.context["rows"]
+        if row.code == "UNKNOWN_TOOL"
+    ]
+    assert rows == [("unknown tools (2 names)", "UNKNOWN_TOOL", 3, ("fetch_order", "lookup_order"))]
+    page = response.content.decode()
+    assert "<code>fetch_order</code>, <code>lookup_order</code>" in page

@@ -78,7 +78,7 @@ def test_it_creates_the_demo_agent_with_the_documented_token_stored_as_a_hash(ru
     assert policy is not None
     assert sorted(policy.allowed_tools) == ["get_confirmation_status", "get_order", "refund_order"]
     # Per currency of the demo's orders, in each one's minor units: 500.00, 50.00 and 300.00.
-    demo = CurrencyLimits(50_000, 5_000, 30_000, None)
+    demo = CurrencyLimits(50_000, 5_000, 30_000, None, confirm_above_cents=20_000)
     assert policy.limits() == {"BRL": demo, "EUR": demo, "USD": demo}
 
 

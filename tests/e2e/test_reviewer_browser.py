@@ -231,3 +231,56 @@ def test_a_reviewer_approves_a_voucher_of_another_domain_and_its_own_handler_iss
     reviewer.check_accessibility()
     assert api.get(f"/api/v1/confirmations/{confirmation_id}").json()["status"] == "executed"
     assert [issued.amount_cents for issued in goodwill_desk.vouchers.values()] == [8_000]
+
+
+def test_approving_above_the_policys_amount_asks_once_more_and_below_it_is_one_key(
+    open_tab: OpenTab,
+    browser_user: MakeBrowserUser,
+    make_agent: MakeAgent,
+    client_for: ClientFor,
+    orders: object,
+    ledger: Ledger,
+) -> None:
+    browser_user("rita", "reviewers")
+    # Held from 10.00 BRL; an approval above 50.00 BRL asks once more.
+    _, token = make_agent(
+        auto_approve_below_cents=1_000, two_reviewers_from_cents=None, confirm_above_cents=5_000
+    )
+    api = client_for(token)
+    large = held(api.refund(8_000, session="chat-1"))
+    small = held(api.refund(3_000, session="chat-2"))
+    reviewer = open_tab("rita")
+    page = reviewer.page
+    card = page.locator(f"#item-{large}")
+    # The two refunds of one order mention each other, with the sum the approval judges.
+    expect(card).to_contain_text("1 other on the same order waiting too")
+    expect(card.locator(f"a[href='/approvals/{small}/']")).to_be_visible()
+    expect(card).to_contain_text("R$ 110,00")
+    dialog = page.locator(f"#second-look-{large}")
+
+    # The keyboard's approval of the large one opens the second look, and Esc leaves it as it was.
+    page.keyboard.press("j")
+    page.keyboard.press("a")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("R$ 80,00 is above R$ 50,00")
+    expect(dialog).to_contain_text("The customer's sum")
+    expect(dialog).to_contain_text("R$ 110,00")
+    reviewer.check_accessibility()
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    assert Confirmation.objects.get(pk=large).status == ConfirmationStatus.PENDING
+    assert ledger.state("ORD-1001") == (0, 0)
+
+    # The button asks too; the dialog's own button approves.
+    card.get_by_role("button", name="Approve", exact=True).click()
+    expect(dialog).to_be_visible()
+    dialog.get_by_role("button", name="Yes, approve R$ 80,00").click()
+    expect(page.get_by_role("status")).to_contain_text("Executed: Refund order R$ 80,00 ORD-1001")
+    assert ledger.state("ORD-1001") == (1, 8_000)
+
+    # Below the amount, one key approves at once.
+    expect(page.locator("#queue .item")).to_have_count(1)
+    page.keyboard.press("j")
+    page.keyboard.press("a")
+    expect(page.get_by_role("status")).to_contain_text("Executed: Refund order R$ 30,00 ORD-1001")
+    assert ledger.state("ORD-1001") == (2, 11_000)

@@ -6,6 +6,7 @@ from dispatch.client_address, which believes X-Forwarded-For only behind trusted
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -167,3 +168,34 @@ def test_behind_a_trusted_proxy_the_forwarded_address_is_the_one_locked(
     assert elsewhere.status_code == 302
     assert logged_in(client)
     assert list(AccessAttempt.objects.values_list("ip_address", flat=True)) == ["203.0.113.9"]
+
+
+def test_a_failure_says_how_many_attempts_are_left_before_the_lockout(
+    client: Client, reviewer: User
+) -> None:
+    words = [log_in(client, f"wrong-{n}").content.decode() for n in range(4)]
+
+    assert "4 attempts left" in words[0]
+    assert "3 attempts left" in words[1]
+    assert "1 attempt left" in words[3]
+    # The fifth failure locks out: the lockout page says so instead.
+    assert_locked_out(log_in(client, "wrong-5"))
+
+
+def test_the_warning_is_the_same_for_a_user_name_that_does_not_exist(
+    client: Client, reviewer: User
+) -> None:
+    known = log_in(client, "wrong").content.decode()
+    unknown = client.post(
+        LOGIN, {"username": "nobody-here", "password": "wrong", "next": "/"}
+    ).content.decode()
+
+    def without_token_and_name(page: str, name: str) -> str:
+        page = re.sub(r'name="csrfmiddlewaretoken" value="[^"]+"', "", page)
+        return page.replace(name, "NAME")
+
+    assert "4 attempts left" in known and "4 attempts left" in unknown
+    # Nothing else differs either: the page does not tell whether the user exists.
+    assert without_token_and_name(known, "reviewer") == without_token_and_name(
+        unknown, "nobody-here"
+    )

@@ -185,6 +185,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The agent API's examples, each a real request and the answer it got.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "toolgate.api_examples.examples_add",
+    ],
 }
 
 # An empty broker means no Redis: tasks run in-process, and their errors surface to the caller.
@@ -326,6 +331,10 @@ TOOLGATE_RESERVATION_CONNECTIONS = env.int("TOOLGATE_RESERVATION_CONNECTIONS", d
 # slots below gunicorn's workers, and the seconds well below its timeout.
 TOOLGATE_MANAGER_SLOTS = env.int("TOOLGATE_MANAGER_SLOTS", default=1)
 TOOLGATE_MANAGER_TIMEOUT_SECONDS = env.float("TOOLGATE_MANAGER_TIMEOUT_SECONDS", default=10.0)
+
+# The most calls the dashboard's CSV holds: a range with more is refused before anything is sent,
+# with a word to narrow it.
+TOOLGATE_CSV_MAX_ROWS = env.int("TOOLGATE_CSV_MAX_ROWS", default=100_000)
 
 # The reviewer queue reloads itself this often; an item approved or executing for longer than
 # TOOLGATE_STUCK_AFTER_MINUTES stands out (a worker that is down), as does a pending one that

@@ -29,6 +29,7 @@ from demo.history import demo_history_seed
 from demo.queue import demo_queue_seed
 from dispatch.management.policies import (
     DEFAULT_POLICY,
+    PerCurrency,
     currency_limits,
     describe_policy,
     integer_in_range,
@@ -240,9 +241,15 @@ class Command(BaseCommand):
 DEMO_CURRENCIES = ("BRL", "USD", "EUR")
 
 
+# Above this, in each demo currency's major units, a reviewer's approval asks once more.
+DEMO_CONFIRM_ABOVE = "200"
+
+
 def _demo_limits() -> dict[str, CurrencyLimits]:
-    """The default thresholds, in major units, for each currency the demo's orders use."""
-    return currency_limits({}, DEMO_CURRENCIES)
+    """The default thresholds, in major units, for each currency the demo's orders use, and an
+    approval's second look above 200."""
+    second_look = [PerCurrency(currency, DEMO_CONFIRM_ABOVE) for currency in DEMO_CURRENCIES]
+    return currency_limits({"confirm_above": second_look}, DEMO_CURRENCIES)
 
 
 def _is_demo_policy(policy: Policy) -> bool:

@@ -83,6 +83,15 @@ class Command(BaseCommand):
             f"{money} (default none)",
         )
         parser.add_argument(
+            "--confirm-above",
+            nargs="+",
+            type=per_currency,
+            default=(),
+            metavar="CUR:AMOUNT",
+            help="above this amount a reviewer's approval asks once more, showing the amount and "
+            f"the customer's sum; CUR:none for never{money} (default none)",
+        )
+        parser.add_argument(
             "--human",
             nargs="+",
             type=human_rule,

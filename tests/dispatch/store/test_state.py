@@ -52,7 +52,10 @@ def test_the_opening_reads_the_order_in_the_same_statement(make_agent: MakeAgent
         opening = _open(agent, "ORD-1001")
 
     assert len(queries) == 1
-    assert opening.read_ahead == ReadAhead(OrderView("ORD-1001", "CUS-1", 12_000, "BRL", 0))
+    assert opening.read_ahead is not None and opening.read_ahead.value.placed_at is not None
+    assert ReadAhead(opening.read_ahead.value._replace(placed_at=None)) == ReadAhead(
+        OrderView("ORD-1001", "CUS-1", 12_000, "BRL", 0)
+    )
 
 
 def test_an_order_that_is_not_there_is_read_ahead_as_none(make_agent: MakeAgent) -> None:
