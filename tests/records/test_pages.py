@@ -17,6 +17,7 @@ from django.utils import timezone
 from approvals.services import confirmation_reject
 from dispatch.models import Confirmation, SecurityEvent
 from tests.approvals.conftest import HoldRefund, MakeUser
+from tests.conftest import confirmation_rewrite
 from tests.factories import OrderFactory
 from tests.records.conftest import Books, as_user, refused
 
@@ -119,9 +120,7 @@ def test_the_confirmations_filter_by_the_query_string(
 
 
 def test_the_confirmations_filter_by_the_day_they_were_held(books: Books, manager: User) -> None:
-    Confirmation.objects.filter(pk=books.approved.pk).update(
-        created_at=timezone.now() - timedelta(days=10)
-    )
+    confirmation_rewrite(books.approved.pk, created_at=timezone.now() - timedelta(days=10))
     today = timezone.localdate().isoformat()
 
     response = as_user(manager).get("/records/confirmations/", {"created_after": today})

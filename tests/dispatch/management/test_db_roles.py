@@ -13,11 +13,14 @@ from dispatch.management.commands.db_roles import append_only_tables
 from tests.conftest import Run
 
 
-def test_the_append_only_tables_are_the_audit_records_the_ledger_and_the_confirmation_log() -> None:
+def test_the_append_only_tables_are_the_records_the_ledger_the_logs_votes_and_policies() -> None:
     assert append_only_tables() == [
         "approvals_confirmationevent",
+        "approvals_vote",
         "dispatch_auditrecord",
         "dispatch_auditseal",
+        "dispatch_policy",
+        "dispatch_securityevent",
         "orders_refund",
     ]
 
