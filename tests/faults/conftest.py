@@ -92,7 +92,7 @@ def static_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     production = Production(
         database=SiteDatabase.for_cluster(cluster), directory=directory, https_port=free_port()
     )
-    production.manage("collectstatic", "--noinput", role="unused")
+    production.manage("collectstatic", "--noinput")
     return production.static_root
 
 
