@@ -1,5 +1,5 @@
-"""How calls count in the rollups: the definitions (PRODUCT.md, "Audit and metrics") and the
-counting of audit records into hourly rows, in one place.
+"""How calls count in the rollups: the definitions (docs/analytics.md, "What each figure means")
+and the counting of audit records into hourly rows, in one place.
 
 - rejected: not ok and not held for confirmation;
 - correctable: a rejection whose code the model can fix, of a call that took a step;

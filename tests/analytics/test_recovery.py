@@ -1,5 +1,5 @@
-"""The recovery rate against small hand-computed fixtures of audit records (PRODUCT.md, "Audit and
-metrics")."""
+"""The recovery rate against small hand-computed fixtures of audit records (docs/analytics.md,
+"What each figure means")."""
 
 from __future__ import annotations
 

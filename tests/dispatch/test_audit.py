@@ -322,7 +322,9 @@ def test_the_seal_command_and_a_bad_path_for_the_verifier(audited: Agent) -> Non
         call_command("verify_audit", "--seals", "/nonexistent/seals.jsonl", stdout=StringIO())
 
 
-postgresql_only = pytest.mark.skipif(not POSTGRESQL, reason="threads need PostgreSQL")
+postgresql_only = pytest.mark.skipif(
+    not POSTGRESQL, reason="SQLite lets one writer at a time: sessions racing need PostgreSQL"
+)
 
 
 def _in_thread(work: Callable[[], None], errors: list[BaseException]) -> threading.Thread:

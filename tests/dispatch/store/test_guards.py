@@ -46,7 +46,7 @@ _ids = itertools.count(1)
 @pytest.fixture
 def _postgresql_only() -> None:
     if connection.vendor != "postgresql":
-        pytest.skip("the guards are PostgreSQL's")
+        pytest.skip("the guards are PostgreSQL triggers; SQLite has none")
 
 
 def test_the_latest_migration_that_installs_the_guards_installs_them_as_declared_today() -> None:
