@@ -1,11 +1,11 @@
 """The audit's chains read back, sealed and verified (dispatch/pipeline/audit_chain.py hashes).
 
 Each app whose rows are chained registers a ChainSource: dispatch its audit records, chained per
-agent and session (the head on the session), approvals its confirmation events, chained per
-confirmation. `audit_seal` (beat, `manage.py seal_audit`) hashes the heads of the chains that
-moved since the previous seal into one seal, linked to that seal, and writes it out to the sinks of
-TOOLGATE_AUDIT_SEAL_SINKS; `audit_verify` (`manage.py verify_audit`) walks every chain against its
-head and the last seals written out.
+agent and session (the head is the session's last record), approvals its confirmation events,
+chained per confirmation (the head on the confirmation). `audit_seal` (beat, `manage.py
+seal_audit`) hashes the heads of the chains that moved since the previous seal into one seal,
+linked to that seal, and writes it out to the sinks of TOOLGATE_AUDIT_SEAL_SINKS; `audit_verify`
+(`manage.py verify_audit`) walks every chain against its head and the last seals written out.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from dispatch.models import AuditRecord, AuditSeal, Session
+from dispatch.models import AuditRecord, AuditSeal
 from dispatch.pipeline.audit_chain import (
     AUDIT_FIELDS,
     GENESIS,
+    OWN_HEAD,
     REMOVED,
     Finding,
     Head,
@@ -51,8 +52,9 @@ class ChainSource:
     # What its rows are called in the verifier's output ("audit records").
     name: str
     count: Callable[[], int]
-    # Every chain's head, by chain.
-    heads: Callable[[], dict[str, tuple[int, str]]]
+    # Every chain's head as another row keeps it, by chain; None where a chain's last row is its
+    # head (only seals vouch for where such a chain ends).
+    heads: Callable[[], dict[str, tuple[int, str]]] | None
     # Every row, as (chain, link), ordered by chain, then seq and id.
     links: Callable[[], Iterator[tuple[str, Link]]]
     # The heads of the chains that may have moved since then (all of them for None).
@@ -79,14 +81,6 @@ def _audit_count() -> int:
     return AuditRecord.objects.count()
 
 
-def _audit_heads() -> dict[str, tuple[int, str]]:
-    rows = Session.objects.values_list("agent_id", "session_id", "audit_seq", "audit_head")
-    return {
-        audit_chain(agent_id, session_id): (seq, head)
-        for agent_id, session_id, seq, head in rows.iterator(chunk_size=_CHUNK)
-    }
-
-
 def _audit_links() -> Iterator[tuple[str, Link]]:
     rows = (
         AuditRecord.objects.order_by("agent_id", "session_id", "chain_seq", "id")
@@ -101,21 +95,27 @@ def _audit_links() -> Iterator[tuple[str, Link]]:
 
 
 def _audit_heads_since(since: datetime | None) -> Iterator[Head]:
-    sessions = Session.objects.filter(audit_seq__gt=0)
+    """The last record of each session that recorded since then: its chain's head."""
+    moved = AuditRecord.objects.filter(chain_seq__isnull=False)
     if since is not None:
-        sessions = sessions.filter(last_call_at__gte=since) | sessions.filter(
-            last_call_at__isnull=True, created_at__gte=since
+        moved = moved.filter(at__gte=since)
+    sessions = moved.values("agent_id", "session_id").distinct()
+    for session in sessions.iterator(chunk_size=_CHUNK):
+        last = (
+            AuditRecord.objects.filter(**session, chain_seq__isnull=False)
+            .order_by("-chain_seq")
+            .values_list("chain_seq", "chain_hash")
+            .first()
         )
-    rows = sessions.values_list("agent_id", "session_id", "audit_seq", "audit_head")
-    for agent_id, session_id, seq, head in rows.iterator(chunk_size=_CHUNK):
-        yield Head(audit_chain(agent_id, session_id), seq, head)
+        if last is not None and last[0] is not None:
+            yield Head(audit_chain(session["agent_id"], session["session_id"]), last[0], last[1])
 
 
 chain_source_register(
     ChainSource(
         name="audit records",
         count=_audit_count,
-        heads=_audit_heads,
+        heads=None,
         links=_audit_links,
         heads_since=_audit_heads_since,
     )
@@ -294,14 +294,13 @@ def audit_verify(
             total = source.count()
             if progress:
                 progress(f"{source.name}: {total:,}")
-            heads = source.heads()
+            heads = source.heads() if source.heads is not None else None
             walked = 0
             for chain, rows in groupby(source.links(), key=lambda pair: pair[0]):
                 result.chains += 1
                 links = (link for _, link in rows)
-                for item in verify_chain(
-                    chain, links, heads.pop(chain, None), sealed.pop(chain, None)
-                ):
+                head = OWN_HEAD if heads is None else heads.pop(chain, None)
+                for item in verify_chain(chain, links, head, sealed.pop(chain, None)):
                     if isinstance(item, Finding):
                         result.findings.append(item)
                         continue
@@ -313,7 +312,7 @@ def audit_verify(
                     walked += 1
             result.records += walked
             # Chains whose every record is gone: their head, or their seal, still names them.
-            for chain, (seq, _) in heads.items():
+            for chain, (seq, _) in (heads or {}).items():
                 if seq:
                     result.chains += 1
                     result.findings.append(

@@ -134,10 +134,6 @@ class Session(models.Model):
     steps = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     last_call_at = models.DateTimeField(null=True, blank=True)
-    # The head of the session's audit chain (dispatch/pipeline/audit_chain.py): the sequence
-    # number and hash of its last audit record; moved with each record, in its statement.
-    audit_seq = models.PositiveBigIntegerField(default=0)
-    audit_head = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         constraints = [
@@ -183,7 +179,7 @@ class AuditRecord(models.Model):
 
     call_id = models.CharField(max_length=32, unique=True)
     at = models.DateTimeField(db_index=True)
-    # Indexed by audit_session_idx, which leads with the agent.
+    # Indexed by audit_chain_place, which leads with the agent.
     agent = models.ForeignKey(
         Agent, on_delete=models.PROTECT, related_name="audit_records", db_index=False
     )
@@ -208,8 +204,14 @@ class AuditRecord(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+        constraints = [
+            # One record at each place of a session's chain; read backwards, the session's head
+            # (dispatch/store/sql.py HEAD); and a session's calls.
+            models.UniqueConstraint(
+                fields=["agent", "session_id", "chain_seq"], name="audit_chain_place"
+            ),
+        ]
         indexes = [
-            models.Index(fields=["agent", "session_id", "at"], name="audit_session_idx"),
             models.Index(fields=["tool", "code"], name="audit_tool_code_idx"),
             # A customer's calls, newest first, on the calls page.
             models.Index(fields=["customer_id", "at"], name="audit_customer_idx"),

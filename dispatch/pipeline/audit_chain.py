@@ -125,6 +125,10 @@ def seal_hash(*, number: int, at: str, previous: str, heads: Iterable[Head]) -> 
     ).hexdigest()
 
 
+# The head of a chain whose last link is its head: nothing else keeps it (the audit records; only
+# seals vouch for where such a chain ends).
+OWN_HEAD = (-1, "")
+
 # What a finding says of its record.
 ALTERED = "altered"
 REMOVED = "removed"
@@ -165,8 +169,8 @@ def verify_chain(
     """Walk one chain's links in order of (seq, id); yield each link as it is checked and the
     chain's first finding, if any, after which the walk stops.
 
-    `head` is the chain's head as its row keeps it (None: the row is gone), `sealed` the last head
-    a seal wrote out for it."""
+    `head` is the chain's head as its row keeps it (None: the row is gone; OWN_HEAD: the chain's
+    last link is its head, kept nowhere else), `sealed` the last head a seal wrote out for it."""
     expected, previous = 1, GENESIS
     at_sealed: str | None = None
     last_id: int | str | None = None
@@ -206,7 +210,9 @@ def verify_chain(
             at_sealed = computed
         previous, expected, last_id = computed, expected + 1, link.id
     tail = expected - 1
-    if head is None:
+    if head is OWN_HEAD:
+        pass
+    elif head is None:
         if tail:
             yield Finding(chain, tail, last_id, REMOVED, "the row keeping the chain's head is gone")
             return

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -34,11 +35,15 @@ from dispatch.pipeline.allowance import (
 )
 
 # The reservation's transaction begins with its locks: the customer's (with the currency), then
-# the agent's day. Its commit need not wait for the disk: the call's own commit, which follows
-# it on the same server, flushes it, and a crash before that loses the call's effect too.
+# the agent's day where the policy caps the agent's day, which it then reads; without a cap no
+# call waits on the agent's other calls. Its commit need not wait for the disk: the call's own
+# commit, which follows it on the same server, flushes it, and a crash before that loses the
+# call's effect too.
 _LOCKS = """
     SELECT set_config('synchronous_commit', 'off', true),
-        pg_advisory_xact_lock(hashtextextended(%(customer_lock)s, 0)),
+        pg_advisory_xact_lock(hashtextextended(%(customer_lock)s, 0))
+"""
+_LOCKS_WITH_AGENT_DAY = f"""{_LOCKS},
         pg_advisory_xact_lock(hashtextextended(%(agent_lock)s, 0))
 """
 
@@ -200,13 +205,34 @@ def allowance_reserve(
         if reservation is not None:
             cursor.execute(_RESERVE, _only(params | reservation, _RESERVE))
         return history, hold
+    try:
+        return _reserve(request, judge, params)
+    except _StaleConnection:
+        # A connection the server closed while it waited in the pool (a restart, a terminated
+        # backend) fails at its first statement, before anything of the reservation was written:
+        # it was closed, and the reservation is made once more on a new one.
+        return _reserve(request, judge, params)
+
+
+class _StaleConnection(psycopg.OperationalError):
+    """The reservations' connection was found closed by the server at its first statement."""
+
+
+def _reserve(
+    request: AllowanceRequest, judge: Judge, params: dict[str, Any]
+) -> tuple[AllowanceHistory, HoldReason | None]:
     with _reservation_connection() as side:
         # Two round trips: the locks and the reads in one pipeline (each read starts once the
         # locks are held, so it sees every reservation committed before), then the reservation
         # and the commit in another.
-        with side.pipeline():
-            side.execute(_LOCKS, params)
-            cursors = [side.execute(statement, params) for statement in _reads(request)]
+        try:
+            with side.pipeline():
+                side.execute(_LOCKS_WITH_AGENT_DAY if request.agent_day_needed else _LOCKS, params)
+                cursors = [side.execute(statement, params) for statement in _reads(request)]
+        except psycopg.OperationalError as error:
+            if side.broken:
+                raise _StaleConnection(str(error)) from error
+            raise
         history = _history([c.fetchall() for c in cursors], request)
         hold = judge(history)
         reservation = _reservation(request, hold)

@@ -57,9 +57,9 @@ class Backend(Protocol):
     def end_call(
         self, cursor: CursorWrapper, settle: Mapping[str, Any] | None, audit: Mapping[str, Any]
     ) -> bool:
-        """Settle the key (if any), move the session's audit head and append the audit record, in
-        the call's last request. False: the head had moved on, and no record was appended
-        (sql.HEAD_MOVE)."""
+        """Settle the key (if any) and append the audit record, in the call's last request.
+        False: its place in the session's chain was taken, and no record was appended
+        (sql.AUDIT)."""
         ...
 
 
@@ -103,7 +103,7 @@ class PostgreSQL:
         self, cursor: CursorWrapper, settle: Mapping[str, Any] | None, audit: Mapping[str, Any]
     ) -> bool:
         if settle is None:
-            cursor.execute(sql.END_POSTGRESQL, audit)
+            cursor.execute(sql.AUDIT, audit)
         else:
             cursor.execute(sql.END_WITH_SETTLE_POSTGRESQL, {**settle, **audit})
         return bool(cursor.rowcount == 1)
@@ -116,7 +116,7 @@ def _commits_on_its_own() -> bool:
 
 @cache
 def _open_sql(lookup_sql: str) -> str:
-    return sql.OPEN_POSTGRESQL.format(step=sql.STEP, lookup=lookup_sql)
+    return sql.OPEN_POSTGRESQL.format(step=sql.STEP, lookup=lookup_sql, head=sql.HEAD)
 
 
 @cache
@@ -132,7 +132,12 @@ class SQLite:
 
     def count_step(self, cursor: CursorWrapper, params: Mapping[str, Any]) -> Row | None:
         cursor.execute(sql.STEP, only(params, *_STEP_PARAMS))
-        return fetch_row(cursor)
+        step = fetch_row(cursor)
+        if step is None:
+            return None
+        cursor.execute(sql.HEAD, only(params, "agent_id", "session_id"))
+        head = fetch_row(cursor) or {"audit_seq": None, "audit_head": None}
+        return {**step, **head}
 
     def open_call(
         self,
@@ -155,15 +160,11 @@ class SQLite:
     ) -> bool:
         if settle is not None:
             cursor.execute(sql.SETTLE, settle)
-        cursor.execute(sql.HEAD_MOVE, only(audit, *_HEAD_PARAMS))
-        if cursor.rowcount != 1:
-            return False
         cursor.execute(sql.AUDIT, audit)
-        return True
+        return bool(cursor.rowcount == 1)
 
 
 _STEP_PARAMS = ("agent_id", "session_id", "customer_id", "now")
-_HEAD_PARAMS = ("agent_id", "session_id", "chain_seq", "chain_hash")
 CLAIM_PARAMS = ("key", "agent_id", "session_id", "tool", "new_status", "count", "now")
 
 

@@ -8,16 +8,23 @@ from __future__ import annotations
 
 # The first call of a session binds it to its customer, every other counts a step. No row comes
 # back when the session is bound to another customer. A twin of a first call waits on the other's
-# insert, then counts its own step. The head of the session's audit chain comes back with it: the
-# call's record links to it (AUDIT).
+# insert, then counts its own step.
 STEP = """
     INSERT INTO dispatch_session AS session
-        (agent_id, session_id, customer_id, steps, created_at, last_call_at, audit_seq, audit_head)
-    VALUES (%(agent_id)s, %(session_id)s, %(customer_id)s, 1, %(now)s, %(now)s, 0, '')
+        (agent_id, session_id, customer_id, steps, created_at, last_call_at)
+    VALUES (%(agent_id)s, %(session_id)s, %(customer_id)s, 1, %(now)s, %(now)s)
     ON CONFLICT (agent_id, session_id) DO UPDATE
         SET steps = session.steps + 1, last_call_at = excluded.last_call_at
         WHERE session.customer_id = excluded.customer_id
-    RETURNING steps, audit_seq, audit_head
+    RETURNING steps
+"""
+
+# The head of the session's audit chain (dispatch/pipeline/audit_chain.py): its last record, found
+# backwards on the chain's unique index. No row: the chain has no record yet.
+HEAD = """
+    SELECT chain_seq AS audit_seq, chain_hash AS audit_head FROM dispatch_auditrecord
+    WHERE agent_id = %(agent_id)s AND session_id = %(session_id)s AND chain_seq IS NOT NULL
+    ORDER BY chain_seq DESC LIMIT 1
 """
 
 # A key seen for the first time is inserted in the status its decision gives it (a write's is in
@@ -47,30 +54,6 @@ SETTLE = """
     WHERE key = %(settled_key)s
 """
 
-# The audit record is the next link of its session's chain (dispatch/pipeline/audit_chain.py):
-# the session's head moves to it only from the link it was computed after, compare-and-set. Inside
-# a write's transaction the session's row is locked from the call's first statement, so it always
-# does; a read's opening commits on its own, and a read of the same session that recorded in
-# between makes the move find no row: the record is not written, and the store links it again.
-HEAD_MOVE = """
-    UPDATE dispatch_session SET audit_seq = %(chain_seq)s, audit_head = %(chain_hash)s
-    WHERE agent_id = %(agent_id)s AND session_id = %(session_id)s
-        AND audit_seq = %(chain_seq)s - 1
-"""
-
-# A session that a call failed to open (its record still needs a chain), not counted as a step.
-SESSION_WITHOUT_STEP = """
-    INSERT INTO dispatch_session
-        (agent_id, session_id, customer_id, steps, created_at, audit_seq, audit_head)
-    VALUES (%(agent_id)s, %(session_id)s, %(customer_id)s, 0, %(now)s, 0, '')
-    ON CONFLICT (agent_id, session_id) DO NOTHING
-"""
-
-HEAD = """
-    SELECT audit_seq, audit_head FROM dispatch_session
-    WHERE agent_id = %(agent_id)s AND session_id = %(session_id)s
-"""
-
 _AUDIT_INTO = """
     INSERT INTO dispatch_auditrecord
         (call_id, at, agent_id, session_id, customer_id, step, tool, raw_arguments, arguments,
@@ -83,7 +66,14 @@ _AUDIT_VALUES = """%(call_id)s, %(at)s, %(agent_id)s, %(session_id)s, %(customer
         %(replayed)s, %(confirmation_id)s, %(policy_version)s, %(duration_ms)s, %(channel)s,
         %(chain_seq)s, %(chain_hash)s"""
 
-AUDIT = f"{_AUDIT_INTO} VALUES ({_AUDIT_VALUES})"
+# The audit record is the next link of its session's chain, at the place after the head the call
+# read: the chain's unique index lets only one record take a place. A record of the same session
+# that took it in between (a read's opening commits on its own, and a write waiting on the
+# session's row read the head before the other committed) makes this one write nothing: no row,
+# and the store links it again after the new head.
+_LINK_TAKEN = "ON CONFLICT (agent_id, session_id, chain_seq) DO NOTHING"
+
+AUDIT = f"{_AUDIT_INTO} VALUES ({_AUDIT_VALUES}) {_LINK_TAKEN}"
 
 # The columns AUDIT writes: a test holds them to the model's, so that a new field fails loudly.
 AUDIT_COLUMNS = (
@@ -142,9 +132,11 @@ OPEN_POSTGRESQL = """
         SELECT true AS lookup_found, lookup.*
         FROM ({lookup}) AS lookup
         WHERE (SELECT steps FROM step) <= %(step_budget)s
-    )
-    SELECT step.steps, step.audit_seq, step.audit_head, claimed.*, looked.*
-    FROM commit_mode, step LEFT JOIN claimed ON true LEFT JOIN looked ON true
+    ),
+    head AS ({head})
+    SELECT step.steps, head.audit_seq, head.audit_head, claimed.*, looked.*
+    FROM commit_mode, step LEFT JOIN head ON true LEFT JOIN claimed ON true
+        LEFT JOIN looked ON true
 """
 
 # PostgreSQL: the opening of a call that claims nothing (refused by stages 1 to 3).
@@ -154,28 +146,19 @@ STEP_POSTGRESQL = f"""
             CASE WHEN %(commit_async)s THEN 'off' ELSE current_setting('synchronous_commit') END,
             true)
     ),
-    step AS ({STEP})
-    SELECT steps, audit_seq, audit_head FROM commit_mode, step
+    step AS ({STEP}),
+    head AS ({HEAD})
+    SELECT step.steps, head.audit_seq, head.audit_head
+    FROM commit_mode, step LEFT JOIN head ON true
 """
 
 # A call with no lookup reads nothing in its opening.
 NO_LOOKUP = "SELECT 1 AS nothing WHERE false"
 
-# PostgreSQL: a call ends in one statement, the session's head moved, the key (if any) settled
-# and the audit record appended together; no row is appended if the head had moved on (HEAD_MOVE).
-# What managers count of the call is counted later from that record (analytics/fills.py), not
-# here.
-_LINKED = f"""
-    {_AUDIT_INTO}
-    SELECT {_AUDIT_VALUES} FROM head
-"""
-
-END_POSTGRESQL = f"""
-    WITH head AS ({HEAD_MOVE} RETURNING 1)
-    {_LINKED}
-"""
-
+# PostgreSQL: a call ends in one statement, the key (if any) settled and the audit record
+# appended together; no row is appended if its place in the chain was taken (AUDIT). What
+# managers count of the call is counted later from that record (analytics/fills.py), not here.
 END_WITH_SETTLE_POSTGRESQL = f"""
-    WITH settled AS ({SETTLE}), head AS ({HEAD_MOVE} RETURNING 1)
-    {_LINKED}
+    WITH settled AS ({SETTLE})
+    {AUDIT}
 """

@@ -20,7 +20,7 @@ from django.utils.dateparse import parse_datetime
 
 from dispatch.models import AuditRecord, CallChannel, Confirmation, IdempotencyRecord
 from dispatch.pipeline.allowance import AllowanceHistory, AllowanceRequest, HoldReason
-from dispatch.pipeline.audit_chain import audit_chain, link_hash
+from dispatch.pipeline.audit_chain import GENESIS, audit_chain, link_hash
 from dispatch.pipeline.state import (
     AuditEntry,
     Claim,
@@ -104,7 +104,7 @@ class OrmState:
             row = self.backend.count_step(self.cursor, {**params, "now": _db_time(_now())})
             if row is None:
                 raise SessionConflict(session_id)
-            self._head = (row["audit_seq"], row["audit_head"])
+            self._head = _head_of(row)
             return Opening(row["steps"], None)
 
         if claim.exclusive and not connection.in_atomic_block:
@@ -127,7 +127,7 @@ class OrmState:
         )
         if row is None:
             raise SessionConflict(session_id)
-        self._head = (row["audit_seq"], row["audit_head"])
+        self._head = _head_of(row)
         if row["steps"] > step_budget:
             return Opening(row["steps"], None)
         read_ahead = None
@@ -277,7 +277,7 @@ class OrmState:
         head = self._head
         for _ in range(_LINK_TRIES):
             if head is None:
-                head = self._read_head(audit["agent_id"], audit["session_id"], entry.customer_id)
+                head = self._read_head(audit["agent_id"], audit["session_id"])
             seq, previous = head[0] + 1, head[1]
             linked = {
                 **audit,
@@ -290,21 +290,12 @@ class OrmState:
             head = None
         raise RuntimeError(f"the audit chain of session {entry.session_id} would not settle")
 
-    def _read_head(self, agent_id: int, session_id: str, customer_id: str) -> tuple[int, str]:
-        """The session's audit head, read when the opening did not return it or it moved on."""
-        params: dict[str, Any] = {"agent_id": agent_id, "session_id": session_id}
-        self.cursor.execute(sql.HEAD, params)
+    def _read_head(self, agent_id: int, session_id: str) -> tuple[int, str]:
+        """The session's audit head, read when the opening did not return it (a call that failed
+        before it) or another record took the place after it."""
+        self.cursor.execute(sql.HEAD, {"agent_id": agent_id, "session_id": session_id})
         row = fetch_row(self.cursor)
-        if row is None:
-            # A call that failed before its opening counted the step: its session is made here,
-            # with no step, so that its record has a chain.
-            self.cursor.execute(
-                sql.SESSION_WITHOUT_STEP,
-                {**params, "customer_id": customer_id, "now": _db_time(_now())},
-            )
-            self.cursor.execute(sql.HEAD, params)
-            row = _one(fetch_row(self.cursor))
-        return row["audit_seq"], row["audit_head"]
+        return (0, GENESIS) if row is None else _head_of(row)
 
     @_raises_store_unavailable
     def reserve_allowance(
@@ -318,6 +309,12 @@ class OrmState:
 
     def _source(self, lookup: Lookup | None) -> LookupSource | None:
         return None if lookup is None else self.registry.lookup_source(lookup.source)
+
+
+def _head_of(row: Row) -> tuple[int, str]:
+    """The audit head an opening read: (0, GENESIS) for a chain with no record yet."""
+    seq = row["audit_seq"]
+    return (0, GENESIS) if seq is None else (seq, row["audit_head"])
 
 
 def _first_decision(request: ClaimRequest) -> tuple[Verdict, KeyStatus]:

@@ -57,8 +57,8 @@ def test_a_read_is_its_opening_with_the_order_then_its_audit(make_agent: MakeAge
     # no longer counts itself in the rollups nor settles its session's pending rejections (six
     # statements here: beat's fills count it from its record, analytics/fills.py). On
     # PostgreSQL: the opening and the audit record, as before. On SQLite one more: the session's
-    # audit head moved to the record (dispatch/store/sql.py, HEAD_MOVE), which PostgreSQL moves
-    # in the record's own statement.
+    # audit head, its last record, read after the step (dispatch/store/sql.py, HEAD), which
+    # PostgreSQL reads in the opening.
     assert count == (2 if ONE_STATEMENT else 5)
 
 
@@ -80,7 +80,7 @@ def test_an_executed_refund_is_its_opening_with_the_order_its_refund_and_audit(
     # sent on the reservations' own connection (dispatch/store/allowance.py), not counted here.
     # The rollup rows (hour and day) and the session's pending rejections, four more statements
     # on SQLite before, are no longer the call's: beat's fills count it from its record. On SQLite
-    # the session's audit head is one more (HEAD_MOVE); PostgreSQL moves it with the record.
+    # the session's audit head is one more (HEAD); PostgreSQL reads it in the opening.
     assert count == (3 if ONE_STATEMENT else 11)
     orders["ORD-1001"].refresh_from_db()
     assert orders["ORD-1001"].refunded_cents == 500
