@@ -179,6 +179,6 @@ def test_a_chain_that_is_its_own_head_holds_at_any_length() -> None:
 def test_a_chain_that_is_its_own_head_cut_short_after_a_seal_is_found_by_the_seal() -> None:
     links = chained(*ROWS)
 
-    [finding] = own_head_findings(links[:3], sealed=(5, links[-1].hash))
+    [finding] = own_head_findings(links[:3], sealed=(5, links[-1].hash or ""))
 
     assert (finding.what, finding.seq) == (REMOVED, 4)
