@@ -98,10 +98,9 @@ def differences(ours: Any, theirs: Any, path: str = "") -> Iterator[Difference]:
         for at, (mine, other) in enumerate(zip(ours, theirs, strict=True)):
             yield from differences(mine, other, f"{path}[{at}]")
         return
-    if type(ours) is bool or type(theirs) is bool:
-        same = ours is theirs
-    else:
-        same = ours == theirs
+    # True is not 1 here: a flag compares as a flag.
+    booleans = type(ours) is bool or type(theirs) is bool
+    same = ours is theirs if booleans else ours == theirs
     if not same:
         unrounded = type(ours) is float and type(theirs) is float and ours == round(theirs, 2)
         yield Difference(path, ours, theirs, unrounded)
