@@ -77,7 +77,7 @@ class _Data:
         return methods
 
     def other_user(self, user_id: str) -> str:
-        return next(uid for uid in self.base["users"] if uid != user_id)
+        return str(next(uid for uid in self.base["users"] if uid != user_id))
 
     def order_of_another(self, user_id: str, status: str) -> str | None:
         return next(
