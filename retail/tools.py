@@ -321,9 +321,9 @@ def order_review(order: OrderView | None, order_id: str, user: UserView | None) 
 CANCEL_WORDS = ToolWords(
     noun="cancellation", plural="cancellations", verb="refund", past="refunded"
 )
-ITEMS_WORDS = ToolWords(noun="item change", plural="item changes", verb="move", past="moved")
-PAYMENT_WORDS = ToolWords(
-    noun="payment change", plural="payment changes", verb="move", past="moved"
+# Items, payment or address of a pending order: one kind of change to a reviewer.
+ORDER_CHANGE_WORDS = ToolWords(
+    noun="order change", plural="order changes", verb="move", past="moved"
 )
 RETURN_WORDS = ToolWords(noun="return", plural="returns", verb="refund", past="refunded")
 EXCHANGE_WORDS = ToolWords(noun="exchange", plural="exchanges", verb="move", past="moved")
@@ -648,7 +648,7 @@ def retail_tools(book: RetailBook) -> tuple[ToolSpec[Any], ...]:
             ModifyPendingOrderItemsArguments,
             modify_items,
             moves_money=True,
-            words=ITEMS_WORDS,
+            words=ORDER_CHANGE_WORDS,
         ),
         write_spec(
             "modify_pending_order_address",
@@ -657,7 +657,7 @@ def retail_tools(book: RetailBook) -> tuple[ToolSpec[Any], ...]:
             ModifyPendingOrderAddressArguments,
             modify_address,
             moves_money=False,
-            words=ADDRESS_WORDS,
+            words=ORDER_CHANGE_WORDS,
         ),
         write_spec(
             "modify_pending_order_payment",
@@ -667,7 +667,7 @@ def retail_tools(book: RetailBook) -> tuple[ToolSpec[Any], ...]:
             ModifyPendingOrderPaymentArguments,
             modify_payment,
             moves_money=True,
-            words=PAYMENT_WORDS,
+            words=ORDER_CHANGE_WORDS,
         ),
         write_spec(
             "return_delivered_order_items",
