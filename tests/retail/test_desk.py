@@ -13,9 +13,9 @@ from django.test import Client
 
 from approvals.services import confirmation_reject
 from dispatch.models import Agent, Confirmation, ConfirmationStatus
-from dispatch.pipeline.tools import Refused
+from dispatch.pipeline.tools import Refused, Rejection
 from dispatch.services import agent_create
-from retail.book import plan_cancel
+from retail.book import OrderView, Plan, UserView, plan_cancel
 from retail.gateway import OrmRetailBook
 from retail.models import Operation, PaymentMethod, RetailOrder
 from retail.tools import RETAIL_TOOLS, calculated
@@ -180,13 +180,17 @@ def test_a_repeated_key_answers_the_first_write_and_changes_nothing_more(
 ) -> None:
     book = OrmRetailBook()
 
+    def judge(order: OrderView | None, user: UserView) -> Plan | Rejection:
+        assert order is not None
+        return plan_cancel(order, user, "no longer needed")
+
     def cancel() -> Any:
         return book.write(
             tool="cancel_pending_order",
             key="key-1",
             customer_id=PAYPAL_CUSTOMER,
             order_id=PAYPAL_ORDER,
-            judge=lambda order, user: plan_cancel(order, user, "no longer needed"),
+            judge=judge,
             answer=lambda order, user: {"status": order.status if order else None},
         )
 
