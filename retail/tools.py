@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dispatch.pipeline.codes import Code
 from dispatch.pipeline.review import Fact, FactKind, ReviewView, ToolWords
 from dispatch.pipeline.tools import (
     CheckContext,
@@ -28,10 +29,24 @@ from dispatch.pipeline.tools import (
 )
 from retail.book import (
     CURRENCY,
+    GIFT_CARD_INSUFFICIENT_BALANCE,
     INVALID_EXPRESSION,
+    ITEM_COUNT_MISMATCH,
     ITEM_NOT_FOUND,
+    ITEM_NOT_IN_ORDER,
+    ITEM_NOT_OF_PRODUCT,
+    ITEM_UNAVAILABLE,
+    ITEM_UNCHANGED,
+    ORDER_ALREADY_MODIFIED,
+    ORDER_NOT_DELIVERED,
+    ORDER_NOT_FOUND,
+    ORDER_NOT_PENDING,
+    PAYMENT_METHOD_NOT_FOUND,
+    PAYMENT_METHOD_UNCHANGED,
+    PAYMENT_NOT_CHANGEABLE,
     PRODUCT_NOT_FOUND,
-    RETAIL_CODES,
+    REFUND_METHOD_NOT_ALLOWED,
+    USER_NOT_FOUND,
     Address,
     OrderView,
     Plan,
@@ -352,6 +367,49 @@ RETAIL_TOOLS = (
 )
 
 
+_PENDING = (ORDER_NOT_FOUND, ORDER_NOT_PENDING, ORDER_ALREADY_MODIFIED)
+_NEW_ITEMS = (
+    ITEM_NOT_IN_ORDER,
+    ITEM_COUNT_MISMATCH,
+    ITEM_UNCHANGED,
+    ITEM_NOT_OF_PRODUCT,
+    ITEM_UNAVAILABLE,
+    PAYMENT_METHOD_NOT_FOUND,
+    GIFT_CARD_INSUFFICIENT_BALANCE,
+)
+# The business codes each tool may answer with (its check's and its handler's).
+TOOL_CODES: dict[str, tuple[Code, ...]] = {
+    "find_user_id_by_email": (USER_NOT_FOUND,),
+    "find_user_id_by_name_zip": (USER_NOT_FOUND,),
+    "get_user_details": (USER_NOT_FOUND,),
+    "get_order_details": (ORDER_NOT_FOUND,),
+    "get_product_details": (PRODUCT_NOT_FOUND,),
+    "get_item_details": (ITEM_NOT_FOUND,),
+    "list_all_product_types": (),
+    "calculate": (INVALID_EXPRESSION,),
+    "cancel_pending_order": (*_PENDING, PAYMENT_METHOD_NOT_FOUND),
+    "modify_pending_order_items": (*_PENDING, *_NEW_ITEMS),
+    "modify_pending_order_address": _PENDING,
+    "modify_pending_order_payment": (
+        *_PENDING,
+        PAYMENT_METHOD_NOT_FOUND,
+        PAYMENT_NOT_CHANGEABLE,
+        PAYMENT_METHOD_UNCHANGED,
+        GIFT_CARD_INSUFFICIENT_BALANCE,
+    ),
+    "return_delivered_order_items": (
+        ORDER_NOT_FOUND,
+        ORDER_NOT_DELIVERED,
+        PAYMENT_METHOD_NOT_FOUND,
+        REFUND_METHOD_NOT_ALLOWED,
+        ITEM_NOT_IN_ORDER,
+    ),
+    "exchange_delivered_order_items": (ORDER_NOT_FOUND, ORDER_NOT_DELIVERED, *_NEW_ITEMS),
+    "modify_user_address": (USER_NOT_FOUND,),
+    "transfer_to_human_agents": (),
+}
+
+
 # A write's rule: its plan for the order (None for a user's own record) and the user.
 Judge = Callable[[Any, OrderView | None, UserView], Plan | Rejection]
 
@@ -430,7 +488,7 @@ def retail_tools(book: RetailBook) -> tuple[ToolSpec[Any], ...]:
             destructive=moves_money,
             idempotent=True,
             subject_field="order_id" if "order_id" in arguments.model_fields else "user_id",
-            codes=RETAIL_CODES,
+            codes=TOOL_CODES[name],
             review=review,
             words=words,
             outcome_of=book.outcome,
@@ -466,7 +524,7 @@ def retail_tools(book: RetailBook) -> tuple[ToolSpec[Any], ...]:
             arguments=arguments,
             handler=handler,
             idempotent=True,
-            codes=RETAIL_CODES,
+            codes=TOOL_CODES[name],
         )
 
     def find_by_email(args: FindUserIdByEmailArguments, context: ExecutionContext) -> Any:
@@ -709,7 +767,7 @@ def retail_tools(book: RetailBook) -> tuple[ToolSpec[Any], ...]:
             handler=transfer,
             writes=True,
             idempotent=True,
-            codes=RETAIL_CODES,
+            codes=(),
             words=TRANSFER_WORDS,
         ),
     )

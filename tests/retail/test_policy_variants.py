@@ -21,6 +21,7 @@ from django.db import transaction
 from retail.book import cents_of
 from retail.models import PaymentMethod
 from retail.selectors import retail_snapshot
+from retail.tools import TOOL_CODES
 from tests.retail.conftest import RetailCall
 from tests.retail.reference import actions, run, tasks
 
@@ -291,12 +292,14 @@ def test_every_policy_violating_variant_of_a_gold_write_is_refused_and_writes_no
                         session=f"variant-{at}-{number}",
                     )
                     written = retail_snapshot() != before
+                    declared = {c.name for c in TOOL_CODES[variant.tool]} | {"INVALID_ARGUMENTS"}
                     if answer["ok"] or answer["code"] != variant.code or written:
                         wrong.append(
                             f"{variant.kind}: {variant.tool} {variant.arguments} answered "
                             f"{answer['code']} ({answer['message']}), wrote: {written}"
                         )
                     else:
+                        assert variant.code in declared, variant
                         refused[variant.kind] += 1
                     raise _RolledBack
             except _RolledBack:
