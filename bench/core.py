@@ -29,12 +29,12 @@ it repeats). Before timing, one pass checks that every call gets the code the mi
 Sessions take 64 customers in turn, each with 8 orders of its own, as in bench.api: the risk is
 counted per customer, and a deployment serves many.
 
-Refunds are judged on the money (dispatch/pipeline/allowance.py): a customer's auto-approved
-refunds within the policy's window count against its auto-approve amount, and a refund that
+Refunds are judged on the money (dispatch/pipeline/allowance.py): a customer's refunds within the
+policy's window, executed or held, count against its auto-approve amount, and a refund that
 repeats an executed one (same order, same amount) from another session is held. So the amounts
-are a counter per order, never repeated within a round, and the auto-approve amount is above what
-a round auto-approves in all: the executed refunds stay executed, and the held ones are held for
-their amount alone.
+are a counter per order, never repeated within a round, the auto-approve amount is above what a
+round auto-approves in all, and a held refund's confirmation expires at once (its money stops
+counting): the executed refunds stay executed, and the held ones are held for their amount alone.
 
 Each round runs every call once, the core on a fresh state and book built outside the timing;
 core and naive rounds alternate. The best round is the figure (other processes can only add
@@ -129,6 +129,10 @@ def policy() -> Policy:
         two_reviewers_from_cents=MAX_AMOUNT_CENTS,
         step_budget=1_000,
         repeat_limit=1_000,
+        # A held refund's money counts in its customer's sum until its confirmation expires: here
+        # at once, so that the refunds after it are judged on the executed ones alone (the mix's
+        # intent); a day of it would hold every later refund of the customer.
+        confirmation_ttl_seconds=0,
     )
 
 
