@@ -20,7 +20,6 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -191,29 +190,33 @@ class CustomerWindow:
         return True
 
     def _latest(self, own: tuple[str, str]) -> tuple[Movement, ...]:
+        """The latest SHOWN movements that count, the request's own left out, oldest first."""
+        latest = self._tail(self._moved, own)
+        waiting = self._tail(self._waiting, own)
+        if waiting:
+            latest = sorted(latest + waiting)[-SHOWN:]
         entries = self.entries
-
-        def live(queue: deque[_Ref]) -> Iterator[_Ref]:
-            for ref in reversed(queue):
-                entry = entries.get(ref[3])
-                if entry is not None and entry.stamp == ref[2] and ref[3] not in own:
-                    yield ref
-
-        for queue in (self._moved, self._waiting):
-            # Stale references at the right end go now: they would be skipped at every request.
-            while queue:
-                entry = entries.get(queue[-1][3])
-                if entry is not None and entry.stamp == queue[-1][2]:
-                    break
-                queue.pop()
-                self._stale -= 1
-        latest = list(
-            itertools.islice(
-                heapq.merge(live(self._moved), live(self._waiting), reverse=True), SHOWN
-            )
-        )
-        latest.reverse()
         return tuple(entries[ref[3]].movement for ref in latest)
+
+    def _tail(self, queue: deque[_Ref], own: tuple[str, str]) -> list[_Ref]:
+        """A queue's latest SHOWN live references, oldest first."""
+        entries = self.entries
+        # Stale references at the right end go now: they would be skipped at every request.
+        while queue:
+            entry = entries.get(queue[-1][3])
+            if entry is not None and entry.stamp == queue[-1][2]:
+                break
+            queue.pop()
+            self._stale -= 1
+        tail: list[_Ref] = []
+        for ref in reversed(queue):
+            entry = entries.get(ref[3])
+            if entry is not None and entry.stamp == ref[2] and ref[3] not in own:
+                tail.append(ref)
+                if len(tail) == SHOWN:
+                    break
+        tail.reverse()
+        return tail
 
     def _read_all(
         self, request: AllowanceRequest, own: tuple[str, str], agent_day_cents: int
