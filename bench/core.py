@@ -46,8 +46,9 @@ orders, and the mix is a quarter `get_order`, a quarter refunds that execute (am
 up per order, so no refund repeats another; the auto-approve amount above them all, so the
 allowance holds none), a quarter float amounts and a quarter refunds in the wrong currency. Each
 size runs from a fresh state, so the customer's refunds in the window grow with the calls (2,000
-in the largest); the sizes and the naive loop alternate within each round, and the figure is the
-median round with the rounds' range, and the largest size's over the smallest's.
+in the largest); the sizes and the naive loop alternate within each round, a smaller size run
+again until it has made as many calls as the largest, and the figure is the median round with the
+rounds' range, and the largest size's over the smallest's.
 
 Run: `.venv/bin/python -m bench.core [--calls N] [--rounds R] [--seed S] [--json]`, or
 `.venv/bin/python -m bench.core --history 2000,8000,32000 [--rounds R] [--seed S] [--json]`.
@@ -344,7 +345,7 @@ def measure(count: int, rounds: int, seed: int) -> dict[str, Any]:
 # One customer's history (--history) ------------------------------------------------------------
 
 HISTORY_SIZES = (2_000, 8_000, 32_000)
-HISTORY_ROUNDS = 7
+HISTORY_ROUNDS = 5
 HISTORY_TARGET_RATIO = 1.2
 HISTORY_CUSTOMER = "CUS-H"
 HISTORY_ORDERS_OF = {HISTORY_CUSTOMER: tuple(f"ORD-{5001 + n}" for n in range(500))}
@@ -429,11 +430,17 @@ def measure_history(sizes: Sequence[int], rounds: int, seed: int) -> dict[str, A
     naive_us: dict[int, list[float]] = {size: [] for size in sizes}
     for number in range(rounds):
         # Each round begins with the next size, so that no size always runs first; core and naive
-        # alternate within it, so that a change in the machine's load hits both alike.
+        # alternate within it, so that a change in the machine's load hits both alike. A smaller
+        # size runs as many times as it takes to make as many calls as the largest: each size's
+        # figure spans about as long a stretch of the machine's load.
         for size in sizes[number % len(sizes) :] + sizes[: number % len(sizes)]:
-            calls = every[:size]
-            core_us[size].append(time_core(calls, HISTORY_ORDERS_OF, rules) / size * 1e6)
-            naive_us[size].append(time_naive(calls, HISTORY_ORDERS_OF)[0] / size * 1e6)
+            calls, times = every[:size], max(1, sizes[-1] // size)
+            core_s = naive_s = 0.0
+            for _ in range(times):
+                core_s += time_core(calls, HISTORY_ORDERS_OF, rules)
+                naive_s += time_naive(calls, HISTORY_ORDERS_OF)[0]
+            core_us[size].append(core_s / (size * times) * 1e6)
+            naive_us[size].append(naive_s / (size * times) * 1e6)
     smallest, largest = sizes[0], sizes[-1]
     per_round = [
         big / small for big, small in zip(core_us[largest], core_us[smallest], strict=True)
@@ -553,7 +560,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="bench.core", description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=5_000, help="calls per round")
     parser.add_argument(
-        "--rounds", type=int, help="timed rounds of each side (20; with --history, 7)"
+        "--rounds", type=int, help="timed rounds of each side (20; with --history, 5)"
     )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument(
