@@ -11,8 +11,9 @@ is before it (a clock stepped back, a policy with a longer window), is answered 
 live movement, as before the sums existed; it does not move the frontier.
 
 Every structure but `entries` may hold stale references: each entry's stamp changes whenever it
-leaves the sums, and a reference whose stamp is not its entry's is dropped where it is met. When
-the stale ones outnumber the rest, the queue is rebuilt, so each reference costs O(1) amortised.
+leaves the sums, and a reference whose stamp is not its entry's is dropped where it is met (at a
+queue's ends). When the stale ones outnumber the rest, the queues and the heap are rebuilt: each
+reference costs O(1) amortised, and they hold O(live movements).
 """
 
 from __future__ import annotations
@@ -199,22 +200,22 @@ class CustomerWindow:
         return tuple(entries[ref[3]].movement for ref in latest)
 
     def _tail(self, queue: deque[_Ref], own: tuple[str, str]) -> list[_Ref]:
-        """A queue's latest SHOWN live references, oldest first."""
+        """A queue's latest SHOWN live references, oldest first. The stale ones met on the way
+        leave the queue, so that no request meets them again."""
         entries = self.entries
-        # Stale references at the right end go now: they would be skipped at every request.
-        while queue:
-            entry = entries.get(queue[-1][3])
-            if entry is not None and entry.stamp == queue[-1][2]:
-                break
-            queue.pop()
-            self._stale -= 1
+        live: list[_Ref] = []
         tail: list[_Ref] = []
-        for ref in reversed(queue):
+        while queue and len(tail) < SHOWN:
+            ref = queue.pop()
             entry = entries.get(ref[3])
-            if entry is not None and entry.stamp == ref[2] and ref[3] not in own:
+            if entry is None or entry.stamp != ref[2]:
+                self._stale -= 1
+                continue
+            live.append(ref)
+            if ref[3] not in own:
                 tail.append(ref)
-                if len(tail) == SHOWN:
-                    break
+        live.reverse()
+        queue.extend(live)
         tail.reverse()
         return tail
 
