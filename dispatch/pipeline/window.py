@@ -119,8 +119,7 @@ class CustomerWindow:
             entry.counted
             and before.approval in ON_ITS_WAY
             and movement.approval in ON_ITS_WAY
-            and before.at == movement.at
-            and before.amount_cents == movement.amount_cents
+            and before._replace(approval=movement.approval) == movement
         ):
             # Held to approved: the same money on its way, in the same place; its expiry's
             # reference in the heap is dropped when met (it is no longer held).
