@@ -168,7 +168,7 @@ def export_csv(request: HttpRequest) -> HttpResponseBase:
     scope, _ = scope_from(request.GET)
     form = CallsForm(request.GET)
     form.is_valid()
-    data = {key: form.cleaned_data.get(key) or "" for key in DRILLDOWN_FILTERS}
+    data = {key: form.cleaned_data.get(key) or "" for key in (*DRILLDOWN_FILTERS, *CALL_FILTERS)}
     records = calls_for(scope, data)
     limit = settings.TOOLGATE_CSV_MAX_ROWS
     # One more than the limit tells "more" without counting a large range to its end.
@@ -179,6 +179,9 @@ def export_csv(request: HttpRequest) -> HttpResponseBase:
             f"The range holds more than {formatting.count(limit)} calls, the most one CSV "
             "holds: narrow the range (or choose an agent or a tool) and download again.",
         )
+        # Back where the download was asked for: the calls page keeps its filters.
+        if any(request.GET.get(key) for key in CALL_FILTERS):
+            return redirect(f"{reverse('analytics:calls')}?{request.GET.urlencode()}")
         return redirect(f"{reverse('analytics:dashboard')}?{scope_query(request.GET)}")
     name = f"toolgate-calls-{formatting.iso(scope.since)}-{formatting.iso(scope.until)}.csv"
     response = StreamingHttpResponse(

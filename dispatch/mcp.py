@@ -40,7 +40,7 @@ from typing import Any, BinaryIO, NamedTuple, Protocol, TypeVar, cast
 import anyio
 import mcp.types as types
 from django.conf import settings
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
@@ -277,8 +277,9 @@ def tool_call(host: Host, name: str, arguments: Mapping[str, Any] | None) -> typ
         )
     except SessionConflict:
         return refused(host, name, SESSION_CONFLICT)
-    except StoreUnavailable:
-        # Nothing ran and nothing was kept; no event is written to a database that is away.
+    except (StoreUnavailable, OperationalError, InterfaceError):
+        # Nothing ran and nothing was kept (the pipeline's store, or the connection the call
+        # opens its transaction on); no event is written to a database that is away.
         return refusal_result(name, DATABASE_UNAVAILABLE)
     return call_result(result)
 

@@ -82,6 +82,8 @@ from bench.api.server import (
     drop_database,
     prepare,
     start_gunicorn,
+    statements_read,
+    statements_reset,
     wait_ready,
 )
 
@@ -104,7 +106,9 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
     )
     try:
         wait_ready(server, token)
+        counting = options.statements and statements_reset(pg_url, options.database)
         phases, sent = run_rounds(server, token, options, (pg_url, options.database))
+        statements = statements_read(pg_url, options.database) if counting else None
     finally:
         server.stop()
     if log.exists() and not log.read_text().strip():
@@ -119,6 +123,7 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
         counts=counts,
         server_version=server_version,
         load_before=load_before,
+        statements=statements,
     )
 
 
@@ -154,6 +159,12 @@ def _options(argv: Sequence[str] | None) -> argparse.Namespace:
         "--client-side-binding",
         action="store_true",
         help="what if: Django's default, parameters bound by psycopg and no statement prepared",
+    )
+    parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="where PostgreSQL's time goes: the statements that took most of it (the server "
+        "must load pg_stat_statements; docs/benchmarks.md says how)",
     )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")

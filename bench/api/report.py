@@ -178,6 +178,7 @@ def result_of(
     counts: Mapping[str, int],
     server_version: str,
     load_before: Sequence[float],
+    statements: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The run's figures, as `main` returns them and `--json` prints them."""
     bare, api = summarise("bare", phases["bare"]), summarise("api", phases["api"])
@@ -237,6 +238,8 @@ def result_of(
             and refund_delta <= TARGET_REFUND_P50_DELTA_MS
             and database_cpu_ratio <= TARGET_DATABASE_CPU_RATIO,
         },
+        # The statements that took most of PostgreSQL's time, over every phase (--statements).
+        "statements": list(statements) if statements is not None else None,
         "checks": {
             **counts,
             "api_requests_sent": sent["api"],
@@ -350,6 +353,24 @@ def _cpu_lines(result: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _statement_lines(result: Mapping[str, Any]) -> list[str]:
+    statements = result.get("statements")
+    if statements is None:
+        return []
+    requests = result["checks"]["api_requests_sent"] + result["checks"]["bare_requests_sent"]
+    lines = [
+        "  where PostgreSQL's time goes (pg_stat_statements, every phase; per request of either "
+        f"target, {requests:,} in all):",
+        "      calls/req  mean us  WAL B/call  statement",
+    ]
+    for row in statements:
+        lines.append(
+            f"      {row['calls'] / max(requests, 1):9.2f} {row['mean_us']:8.1f} "
+            f"{row['wal_bytes_per_call']:11.0f}  {row['statement']}"
+        )
+    return lines
+
+
 def _check_lines(result: Mapping[str, Any]) -> list[str]:
     """The api's outcomes, the database's counts, and any phase with errors or surprises."""
     checks, single, paired = result["checks"], result["single_connection"], result["paired"]
@@ -384,6 +405,7 @@ def render(result: Mapping[str, Any]) -> str:
         *_paired_lines(result["paired"]),
         *_by_kind_lines(result["single_connection"]),
         *_cpu_lines(result),
+        *_statement_lines(result),
         *_check_lines(result),
     ]
     return "\n".join(lines)

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.api.load import Connection
 from bench.api.mix import CUSTOMERS, ORDERS_PER_CUSTOMER, customer_id, order_ids
@@ -248,3 +249,48 @@ def wait_ready(server: Server, token: str, timeout: float = 60.0) -> None:
             connection.close()
         time.sleep(0.2)
     raise SystemExit(f"bench.api: gunicorn did not answer within {timeout:.0f} s")
+
+
+# --- where PostgreSQL's time goes ------------------------------------------------------------
+
+
+def statements_reset(pg_url: str, name: str) -> bool:
+    """Start counting the bench database's statements afresh, if the server loads
+    pg_stat_statements (shared_preload_libraries); False where it does not."""
+    import psycopg
+
+    with psycopg.connect(f"{pg_url}/{name}", autocommit=True) as connection:
+        try:
+            connection.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            connection.execute(
+                "SELECT pg_stat_statements_reset(0, "
+                "(SELECT oid FROM pg_database WHERE datname = current_database()), 0)"
+            )
+        except psycopg.Error:
+            return False
+    return True
+
+
+def statements_read(pg_url: str, name: str, limit: int = 12) -> list[dict[str, Any]]:
+    """The bench database's statements that took the most of the server's time, with how often
+    they ran, how long one took on average and the WAL it wrote."""
+    import psycopg
+
+    with psycopg.connect(f"{pg_url}/{name}", autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT calls, total_exec_time, wal_bytes, query FROM pg_stat_statements "
+            "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND query NOT ILIKE '%%pg_stat_statements%%' "
+            "ORDER BY total_exec_time DESC LIMIT %s",
+            [limit],
+        ).fetchall()
+    return [
+        {
+            "calls": int(calls),
+            "total_ms": float(total),
+            "mean_us": float(total) * 1000 / calls if calls else 0.0,
+            "wal_bytes_per_call": float(wal) / calls if calls else 0.0,
+            "statement": " ".join(query.split())[:100],
+        }
+        for calls, total, wal, query in rows
+    ]

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from dispatch.pipeline.canonical import canonical_json_finite
+
 # The previous hash of a chain's first link, and of the first seal.
 GENESIS = "0" * 64
 
@@ -90,9 +92,7 @@ def _plain(value: Any) -> Any:
 
 def canonical(chain: str, seq: int, previous: str, fields: Mapping[str, Any]) -> bytes:
     document = {"chain": chain, "fields": _plain(fields), "previous": previous, "seq": seq}
-    return json.dumps(
-        document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode()
+    return canonical_json_finite(document).encode()
 
 
 def link_hash(*, chain: str, seq: int, previous: str, fields: Mapping[str, Any]) -> str:

@@ -29,6 +29,23 @@ _encode = c_make_encoder and c_make_encoder(
 )
 
 
+# The same, refusing NaN and infinities (ValueError), as json.dumps(allow_nan=False) does: what
+# the audit chain hashes (dispatch/pipeline/audit_chain.py).
+_strict_encoder = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+_encode_strict = c_make_encoder and c_make_encoder(
+    None, json.JSONEncoder().default, encode_basestring, None, ":", ",", True, False, False
+)
+
+
+def canonical_json_finite(value: Mapping[str, Any]) -> str:
+    """canonical_json, refusing non-finite numbers."""
+    if _encode_strict is None:  # an interpreter without json's C accelerator
+        return _strict_encoder.encode(value)
+    return "".join(_encode_strict(value, 0))
+
+
 def canonical_json(value: Mapping[str, Any]) -> str:
     """Sorted keys, no spaces, non-ASCII kept: the one JSON text of a value."""
     if _encode is None:  # an interpreter without json's C accelerator

@@ -39,7 +39,8 @@ CLAIM = """
         SET attempts = record.attempts + %(count)s, updated_at = excluded.updated_at
     RETURNING status AS key_status, attempts AS key_attempts, result AS key_result,
         confirmation_id AS key_confirmation_id,
-        confirmation_expires_at AS key_confirmation_expires_at, created_at AS key_created_at
+        confirmation_expires_at AS key_confirmation_expires_at,
+        created_at = %(now)s AS key_fresh
 """
 
 # Compare-and-set: of two twins that read the same status, only one moves the key on.
@@ -126,7 +127,8 @@ OPEN_POSTGRESQL = """
             SET attempts = record.attempts + %(count)s, updated_at = excluded.updated_at
         RETURNING status AS key_status, attempts AS key_attempts, result AS key_result,
             confirmation_id AS key_confirmation_id,
-            confirmation_expires_at AS key_confirmation_expires_at, created_at AS key_created_at
+            confirmation_expires_at AS key_confirmation_expires_at,
+            created_at = %(now)s AS key_fresh
     ),
     looked AS (
         SELECT true AS lookup_found, lookup.*

@@ -177,12 +177,7 @@ class OrmState:
         while True:
             status = KeyStatus(row["key_status"])
             attempts = row["key_attempts"]
-            if (
-                params["count"]
-                and attempts == 1
-                and status is first_status
-                and _as_datetime(row["key_created_at"]) == request.now
-            ):
+            if params["count"] and attempts == 1 and status is first_status and row["key_fresh"]:
                 # Inserted by this very statement (a known key would count 2 or more): already
                 # in the status its decision gives it.
                 return Claim(verdict=first_verdict, attempts=attempts, previous=KeyStatus.OPEN)

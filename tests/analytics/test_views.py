@@ -5,8 +5,10 @@ was worked out by hand below."""
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -737,3 +739,28 @@ def test_tool_names_no_agent_may_call_are_one_entry_with_their_names(
     assert rows == [("unknown tools (2 names)", "UNKNOWN_TOOL", 3, ("fetch_order", "lookup_order"))]
     page = response.content.decode()
     assert "<code>fetch_order</code>, <code>lookup_order</code>" in page
+
+
+def test_the_calls_page_downloads_the_calls_it_lists(traffic: Traffic, manager: Client) -> None:
+    page = manager.get("/analytics/calls/?customer=CUS-1&code=INVALID_ARGUMENTS&page=1")
+    link = re.search(r'href="(/analytics/export\.csv\?[^"]*)" download', page.content.decode())
+
+    assert link is not None
+    href = html.unescape(link[1])
+    assert "customer=CUS-1" in href and "code=INVALID_ARGUMENTS" in href and "page=" not in href
+    rows = csv_rows(manager.get(href))[1:]
+    listed = set(re.findall(r'href="/analytics/calls/([0-9a-f]{32})/"', page.content.decode()))
+    assert listed and {row[0] for row in rows} == listed
+    assert {(row[4], row[8]) for row in rows} == {("CUS-1", "INVALID_ARGUMENTS")}
+
+
+def test_a_csv_of_the_calls_page_too_large_is_sent_back_to_the_calls_page(
+    traffic: Traffic, manager: Client, settings: Any
+) -> None:
+    settings.TOOLGATE_CSV_MAX_ROWS = 1
+
+    response = manager.get("/analytics/export.csv?customer=CUS-1")
+
+    assert response.status_code == 302
+    assert response["Location"].startswith("/analytics/calls/?")
+    assert "customer=CUS-1" in response["Location"]

@@ -53,9 +53,11 @@ from dispatch.models import (
     SecurityEvent,
     Session,
 )
-from dispatch.services import token_hash
+from dispatch.security import Origin
+from dispatch.services import agent_authenticate, token_hash
 from orders.tools import GetOrderArguments, RefundOrderArguments
 from tests.conftest import Ledger, MakeAgent, Run, require_service
+from tests.dispatch.apis.test_failures import database_away
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
@@ -1120,3 +1122,25 @@ def test_a_possible_duplicate_is_held_without_showing_the_other_agents_ids(
     assert first_agent.name not in seen_by_the_model
     assert str(first_agent.pk) not in json.dumps(hold_reason)
     assert ledger.state() == (1, 1000)
+
+
+def test_a_call_while_the_database_is_away_is_a_retryable_tool_error_that_keeps_nothing(
+    token: str,
+) -> None:
+    agent = agent_authenticate(token)
+    assert agent is not None
+    host = mcp.Host(agent, "s-away", "CUS-1", Origin(CallChannel.MCP, "POST", mcp.HTTP_PATH))
+
+    with database_away():
+        if connection.vendor == "postgresql":
+            connection.close()  # the next statement connects anew, to a server that is away
+        result = mcp.tool_call(host, "get_order", {"order_id": "ORD-1001"})
+
+    assert result.is_error is True
+    assert result.structured_content is not None
+    assert_the_contract(result.structured_content)
+    assert result.structured_content["code"] == "database_unavailable"
+    assert result.structured_content["retryable"] is True
+    assert result.structured_content["data"] == {"status": 503}
+    assert not AuditRecord.objects.exists()
+    assert not SecurityEvent.objects.exists()

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import math
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dispatch.pipeline.audit_chain import (
     ALTERED,
     GENESIS,
     INSERTED,
+    OWN_HEAD,
     REMOVED,
     Finding,
     Link,
@@ -16,6 +23,7 @@ from dispatch.pipeline.audit_chain import (
     link_hash,
     verify_chain,
 )
+from dispatch.pipeline.canonical import canonical_json_finite
 from tests.dispatch.pipeline.conftest import Harness
 
 CHAIN = audit_chain(1, "s-1")
@@ -126,3 +134,51 @@ def test_the_memory_store_chains_its_records_per_session(harness: Harness) -> No
         seqs = [link.seq for link in state.links if link.chain == chain]
         assert seqs == list(range(1, len(seqs) + 1))
     assert len(set(link.hash for link in state.links)) == len(state.links)
+
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(st.text(), _json_values, max_size=6))
+def test_the_canonical_text_is_json_dumps_sorted_compact_and_unescaped(
+    value: dict[str, Any],
+) -> None:
+    # The chain hashes this text: it must stay the one json.dumps gives with these options.
+    assert canonical_json_finite(value) == json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+@pytest.mark.parametrize("number", [math.nan, math.inf, -math.inf])
+def test_the_canonical_text_refuses_numbers_json_cannot_hold(number: float) -> None:
+    with pytest.raises(ValueError):
+        canonical_json_finite({"amount": number})
+
+
+def own_head_findings(links: list[Link], sealed: tuple[int, str] | None = None) -> list[Finding]:
+    return [
+        item for item in verify_chain(CHAIN, links, OWN_HEAD, sealed) if isinstance(item, Finding)
+    ]
+
+
+def test_a_chain_that_is_its_own_head_holds_at_any_length() -> None:
+    links = chained(*ROWS)
+
+    assert own_head_findings(links) == []
+    assert own_head_findings(links[:3]) == []
+
+
+def test_a_chain_that_is_its_own_head_cut_short_after_a_seal_is_found_by_the_seal() -> None:
+    links = chained(*ROWS)
+
+    [finding] = own_head_findings(links[:3], sealed=(5, links[-1].hash or ""))
+
+    assert (finding.what, finding.seq) == (REMOVED, 4)
