@@ -13,7 +13,7 @@ from typing import Any
 from django.db import DatabaseError, connection, transaction
 
 from analytics.heavy import RangeTooHeavy, statement_cancelled
-from dispatch.models import AuditRecord, Confirmation
+from dispatch.models import AuditRecord, Confirmation, Movement
 from dispatch.pipeline import codes
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, OK
 from dispatch.pipeline.policy import Policy
@@ -93,16 +93,19 @@ def _rows(statements: Iterable[tuple[str, list[Any]]]) -> Iterator[list[tuple[An
 def _money_calls_sql(start: datetime, until: datetime) -> tuple[str, list[Any]]:
     """Every agent's money-moving calls in [start, until), in the order they arrived, with what
     became of the held ones, in one statement; only the columns a replay needs (the arguments'
-    subject, currency and amount, by what each tool declares)."""
+    subject, currency and amount, by what each tool declares, or its reserved money)."""
     columns, params = _columns()
     audit, held = _tables()
+    reserved, joined = _reserved_join()
     params.append(CONFIRMATION_REQUIRED.name)
+    params += joined
     params += [start, until, *RECORDED_OUTCOMES]
     filters, more = _money_filters()
     statement = f"""
         SELECT {columns}
         FROM {audit} a
         LEFT JOIN {held} c ON c.id = a.confirmation_id AND a.code = %s
+        {reserved}
         WHERE a.at >= %s AND a.at < %s
             AND a.code IN ({", ".join(["%s"] * len(RECORDED_OUTCOMES))})
             AND {filters}
@@ -118,7 +121,9 @@ def _held_before_sql(start: datetime, since: datetime, window: timedelta) -> tup
     confirmations, each call by its session's index."""
     columns, params = _columns()
     audit, held = _tables()
+    reserved, joined = _reserved_join()
     params.append(CONFIRMATION_REQUIRED.name)
+    params += joined
     params += [start, since, since - window, *sorted(SETTLED)]
     filters, more = _money_filters()
     statement = f"""
@@ -126,6 +131,7 @@ def _held_before_sql(start: datetime, since: datetime, window: timedelta) -> tup
         FROM {held} c
         JOIN {audit} a ON a.agent_id = c.agent_id AND a.session_id = c.session_id
             AND a.confirmation_id = c.id AND a.code = %s
+        {reserved}
         WHERE a.at < %s
             AND (c.expires_at >= %s OR c.finished_at >= %s
                 OR c.status NOT IN ({", ".join(["%s"] * len(SETTLED))}))
@@ -143,7 +149,21 @@ def _tables() -> tuple[str, str]:
 
 
 def _moving() -> list[ToolSpec[Any]]:
-    return [spec for spec in tool_registry if spec.amount_field is not None]
+    return [
+        spec for spec in tool_registry if spec.amount_field is not None or spec.money is not None
+    ]
+
+
+def _reserved_join() -> tuple[str, list[Any]]:
+    """The money a call moved without a human, for the tools whose money comes from their
+    subject's state (ToolSpec.money) rather than their arguments: the reservation made under the
+    call's key (a held call's is on its confirmation)."""
+    by_state = [spec.name for spec in tool_registry if spec.money is not None]
+    if not by_state:
+        return "", []
+    movement = connection.ops.quote_name(Movement._meta.db_table)
+    tools = ", ".join(["%s"] * len(by_state))
+    return f"LEFT JOIN {movement} m ON m.key = a.key AND a.tool IN ({tools})", by_state
 
 
 def _columns() -> tuple[str, list[Any]]:
@@ -155,7 +175,10 @@ def _columns() -> tuple[str, list[Any]]:
         cases = []
         for spec in _moving():
             field = getattr(spec, kind)
-            if field is not None:
+            if spec.money is not None and kind in _RESERVED:
+                cases.append(f"WHEN %s THEN {_RESERVED[kind]}")
+                params.append(spec.name)
+            elif field is not None:
                 cases.append(f"WHEN %s THEN {_argument_sql()}")
                 params += [spec.name, _argument_path(field)]
         arguments.append(f"CASE a.tool {' '.join(cases)} END" if cases else "NULL")
@@ -163,6 +186,14 @@ def _columns() -> tuple[str, list[Any]]:
     columns = f"""a.call_id, a.agent_id, a.session_id, a.customer_id, a.tool, a.code,
             {", ".join(arguments)}, c.status, c.reviewers_required, {moments}"""
     return columns, params
+
+
+# Where the money of a tool with ToolSpec.money is read: its confirmation's if it was held, else
+# its reservation's (_reserved_join).
+_RESERVED = {
+    "currency_field": "COALESCE(NULLIF(c.currency, ''), m.currency)",
+    "amount_field": "CAST(COALESCE(c.amount_cents, m.amount_cents) AS TEXT)",
+}
 
 
 def _money_filters() -> tuple[str, list[Any]]:

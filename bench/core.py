@@ -29,18 +29,29 @@ it repeats). Before timing, one pass checks that every call gets the code the mi
 Sessions take 64 customers in turn, each with 8 orders of its own, as in bench.api: the risk is
 counted per customer, and a deployment serves many.
 
-Refunds are judged on the money (dispatch/pipeline/allowance.py): a customer's auto-approved
-refunds within the policy's window count against its auto-approve amount, and a refund that
+Refunds are judged on the money (dispatch/pipeline/allowance.py): a customer's refunds within the
+policy's window, executed or held, count against its auto-approve amount, and a refund that
 repeats an executed one (same order, same amount) from another session is held. So the amounts
-are a counter per order, never repeated within a round, and the auto-approve amount is above what
-a round auto-approves in all: the executed refunds stay executed, and the held ones are held for
-their amount alone.
+are a counter per order, never repeated within a round, the auto-approve amount is above what a
+round auto-approves in all, and a held refund's confirmation expires at once (its money stops
+counting): the executed refunds stay executed, and the held ones are held for their amount alone.
 
 Each round runs every call once, the core on a fresh state and book built outside the timing;
 core and naive rounds alternate. The best round is the figure (other processes can only add
 time), the median is printed beside it. The garbage collector stays on.
 
-Run: `.venv/bin/python -m bench.core [--calls N] [--rounds R] [--seed S] [--json]`.
+With `--history 2000,8000,32000` it measures instead how the cost per call grows with one
+customer's history: every session (20 calls, one agent) is of the same customer, who has 500
+orders, and the mix is a quarter `get_order`, a quarter refunds that execute (amounts that count
+up per order, so no refund repeats another; the auto-approve amount above them all, so the
+allowance holds none), a quarter float amounts and a quarter refunds in the wrong currency. Each
+size runs from a fresh state, so the customer's refunds in the window grow with the calls (2,000
+in the largest); the sizes and the naive loop alternate within each round, a smaller size run
+again until it has made as many calls as the largest, and the figure is the median round with the
+rounds' range, and the largest size's over the smallest's.
+
+Run: `.venv/bin/python -m bench.core [--calls N] [--rounds R] [--seed S] [--json]`, or
+`.venv/bin/python -m bench.core --history 2000,8000,32000 [--rounds R] [--seed S] [--json]`.
 """
 
 from __future__ import annotations
@@ -119,20 +130,26 @@ def policy() -> Policy:
         two_reviewers_from_cents=MAX_AMOUNT_CENTS,
         step_budget=1_000,
         repeat_limit=1_000,
+        # A held refund's money counts in its customer's sum until its confirmation expires: here
+        # at once, so that the refunds after it are judged on the executed ones alone (the mix's
+        # intent); a day of it would hold every later refund of the customer.
+        confirmation_ttl_seconds=0,
     )
 
 
-def new_book() -> InMemoryOrderBook:
+def new_book(orders_of: Mapping[str, Sequence[str]] = ORDERS_OF) -> InMemoryOrderBook:
     book = InMemoryOrderBook()
-    for customer, orders in ORDERS_OF.items():
+    for customer, orders in orders_of.items():
         for order_id in orders:
             book.add(order_id, customer, ORDER_TOTAL_CENTS, "BRL")
     return book
 
 
-def new_pipeline() -> tuple[Pipeline, InMemoryState, InMemoryOrderBook]:
+def new_pipeline(
+    orders_of: Mapping[str, Sequence[str]] = ORDERS_OF,
+) -> tuple[Pipeline, InMemoryState, InMemoryOrderBook]:
     """The core as the tests build it, but with the real clock, sleep and ids."""
-    book = new_book()
+    book = new_book(orders_of)
     registry = ToolRegistry()
     for spec in order_tools(book):
         registry.register(spec)
@@ -219,13 +236,17 @@ def tool_calls(calls: Sequence[Call]) -> list[ToolCall]:
     return [ToolCall(AGENT, c.session_id, c.customer_id, c.tool, c.arguments) for c in calls]
 
 
-def verify(calls: Sequence[Call]) -> tuple[Counter[str], int]:
+def verify(
+    calls: Sequence[Call],
+    orders_of: Mapping[str, Sequence[str]] = ORDERS_OF,
+    rules: Policy | None = None,
+) -> tuple[Counter[str], int]:
     """One untimed pass on a fresh core: every call must get the code the mix intends.
 
     Returns the codes and how many refunds took effect.
     """
-    pipeline, state, book = new_pipeline()
-    rules = policy()
+    pipeline, state, book = new_pipeline(orders_of)
+    rules = rules or policy()
     codes: Counter[str] = Counter()
     for call, tool_call in zip(calls, tool_calls(calls), strict=True):
         result = pipeline.run(tool_call, rules)
@@ -241,10 +262,14 @@ def verify(calls: Sequence[Call]) -> tuple[Counter[str], int]:
     return codes, len(book.receipts)
 
 
-def time_core(calls: Sequence[Call]) -> float:
+def time_core(
+    calls: Sequence[Call],
+    orders_of: Mapping[str, Sequence[str]] = ORDERS_OF,
+    rules: Policy | None = None,
+) -> float:
     """Seconds to run every call through a fresh core (built outside the timing)."""
-    pipeline, _, _ = new_pipeline()
-    run, rules = pipeline.run, policy()
+    pipeline, _, _ = new_pipeline(orders_of)
+    run, rules = pipeline.run, rules or policy()
     batch = tool_calls(calls)
     gc.collect()
     started = time.perf_counter()
@@ -253,9 +278,11 @@ def time_core(calls: Sequence[Call]) -> float:
     return time.perf_counter() - started
 
 
-def time_naive(calls: Sequence[Call]) -> tuple[float, int, int]:
+def time_naive(
+    calls: Sequence[Call], orders_of: Mapping[str, Sequence[str]] = ORDERS_OF
+) -> tuple[float, int, int]:
     """Seconds for the naive loop on the same calls, how many crashed it, and refunds made."""
-    book = new_book()
+    book = new_book(orders_of)
     handlers = {spec.name: (spec.handler, spec.arguments) for spec in order_tools(book)}
     batch = [(c.tool, c.arguments, c.customer_id) for c in calls]
     crashed = 0
@@ -315,6 +342,170 @@ def measure(count: int, rounds: int, seed: int) -> dict[str, Any]:
     }
 
 
+# One customer's history (--history) ------------------------------------------------------------
+
+HISTORY_SIZES = (2_000, 8_000, 32_000)
+HISTORY_ROUNDS = 5
+HISTORY_TARGET_RATIO = 1.2
+HISTORY_CUSTOMER = "CUS-H"
+HISTORY_ORDERS_OF = {HISTORY_CUSTOMER: tuple(f"ORD-{5001 + n}" for n in range(500))}
+HISTORY_MIX = (("get_order", 5), ("refund_auto", 5), ("float_amount", 5), ("wrong_currency", 5))
+# Refunds of 1.01 BRL and up, counting up per order: 32,000 calls make 8,000 refunds of under
+# 10,000 BRL in all, so the customer's sum, the agent's day and every amount stay below the
+# policy's lines and the allowance lets each through after reading the whole window.
+HISTORY_LINE_CENTS = 10**11
+
+
+def history_policy() -> Policy:
+    return Policy(
+        version=1,
+        allowed_tools=frozenset({"get_order", "refund_order"}),
+        max_amount_cents=MAX_AMOUNT_CENTS,
+        auto_approve_below_cents=HISTORY_LINE_CENTS,
+        daily_cap_cents=HISTORY_LINE_CENTS,
+        two_reviewers_from_cents=HISTORY_LINE_CENTS,
+        step_budget=1_000,
+        repeat_limit=1_000,
+    )
+
+
+def make_history_calls(count: int, seed: int) -> list[Call]:
+    """`count` calls (rounded up to whole sessions), every session of the one customer."""
+    rng = random.Random(seed)
+    orders = HISTORY_ORDERS_OF[HISTORY_CUSTOMER]
+    refunds_of: Counter[str] = Counter()
+    calls: list[Call] = []
+    for number in range(-(-count // SESSION_CALLS)):
+        session_id = f"history-{number}"
+        kinds = [kind for kind, times in HISTORY_MIX for _ in range(times)]
+        rng.shuffle(kinds)
+        for kind in kinds:
+            order_id = rng.choice(orders)
+            tool, expect = "refund_order", "OK"
+            if kind == "get_order":
+                tool, arguments = "get_order", _args(order_id=order_id)
+            elif kind == "refund_auto":
+                refunds_of[order_id] += 1
+                arguments = _args(
+                    order_id=order_id,
+                    amount_cents=100 + refunds_of[order_id],
+                    currency="BRL",
+                    reason="damaged",
+                )
+            elif kind == "float_amount":
+                arguments = _args(
+                    order_id=order_id, amount_cents=25.9, currency="BRL", reason="damaged"
+                )
+                expect = "INVALID_ARGUMENTS"
+            else:
+                arguments = _args(
+                    order_id=order_id, amount_cents=990, currency="USD", reason="damaged"
+                )
+                expect = "CURRENCY_MISMATCH"
+            calls.append(Call(kind, session_id, HISTORY_CUSTOMER, tool, arguments, expect))
+    return calls
+
+
+def _spread(values: Sequence[float]) -> dict[str, float]:
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def measure_history(sizes: Sequence[int], rounds: int, seed: int) -> dict[str, Any]:
+    sizes = sorted(
+        {max(SESSION_CALLS, -(-size // SESSION_CALLS) * SESSION_CALLS) for size in sizes}
+    )
+    every = make_history_calls(sizes[-1], seed)
+    rules = history_policy()
+    outcomes: dict[int, dict[str, Any]] = {}
+    for size in sizes:
+        # Also the warm-up of both sides.
+        codes, refunds = verify(every[:size], HISTORY_ORDERS_OF, rules)
+        time_naive(every[:size], HISTORY_ORDERS_OF)
+        outcomes[size] = {"codes": dict(codes), "refunds_executed": refunds}
+    core_us: dict[int, list[float]] = {size: [] for size in sizes}
+    naive_us: dict[int, list[float]] = {size: [] for size in sizes}
+    for number in range(rounds):
+        # Each round begins with the next size, so that no size always runs first; core and naive
+        # alternate within it, so that a change in the machine's load hits both alike. A smaller
+        # size runs as many times as it takes to make as many calls as the largest: each size's
+        # figure spans about as long a stretch of the machine's load.
+        for size in sizes[number % len(sizes) :] + sizes[: number % len(sizes)]:
+            calls, times = every[:size], max(1, sizes[-1] // size)
+            core_s = naive_s = 0.0
+            for _ in range(times):
+                core_s += time_core(calls, HISTORY_ORDERS_OF, rules)
+                naive_s += time_naive(calls, HISTORY_ORDERS_OF)[0]
+            core_us[size].append(core_s / (size * times) * 1e6)
+            naive_us[size].append(naive_s / (size * times) * 1e6)
+    smallest, largest = sizes[0], sizes[-1]
+    per_round = [
+        big / small for big, small in zip(core_us[largest], core_us[smallest], strict=True)
+    ]
+    growth = statistics.median(core_us[largest]) / statistics.median(core_us[smallest])
+    return {
+        "benchmark": "core-history",
+        "sizes": sizes,
+        "rounds": rounds,
+        "seed": seed,
+        "statistic": "median of interleaved rounds (min and max also given)",
+        "customer_orders": len(HISTORY_ORDERS_OF[HISTORY_CUSTOMER]),
+        "mix": dict(Counter(c.kind for c in every)),
+        "by_size": {
+            size: {
+                "core_us_per_call": _spread(core_us[size]),
+                "naive_us_per_call": _spread(naive_us[size]),
+                "ratio": statistics.median(core_us[size]) / statistics.median(naive_us[size]),
+                "core_rounds_us_per_call": [round(us, 2) for us in core_us[size]],
+                **outcomes[size],
+            }
+            for size in sizes
+        },
+        "growth": growth,
+        "growth_by_round": _spread(per_round),
+        "target_growth": HISTORY_TARGET_RATIO,
+        "target_met": growth <= HISTORY_TARGET_RATIO,
+        "python": python_build(),
+        "machine": f"{platform.machine()}, {_cpus()} CPUs",
+        "gc": "enabled",
+    }
+
+
+def render_history(result: Mapping[str, Any]) -> str:
+    def spread(figures: Mapping[str, float]) -> str:
+        return f"{figures['median']:>7.1f} ({figures['min']:.1f}-{figures['max']:.1f})"
+
+    lines = [
+        f"(a) core in-process, one customer's history: {result['customer_orders']} orders, "
+        f"median of {result['rounds']} interleaved rounds (Python {result['python']}, "
+        f"{result['machine']})",
+        f"  {'calls':>7}  {'core us/call (range)':>24}  {'naive us/call (range)':>24}  ratio",
+    ]
+    for size, figures in result["by_size"].items():
+        lines.append(
+            f"  {size:>7,}  {spread(figures['core_us_per_call']):>24}  "
+            f"{spread(figures['naive_us_per_call']):>24}  {figures['ratio']:4.1f}x"
+        )
+    sizes = result["sizes"]
+    verdict = "met" if result["target_met"] else "NOT met"
+    growth = result["growth_by_round"]
+    lines.append(
+        f"  core's time per call at {sizes[-1]:,} over {sizes[0]:,}: {result['growth']:.2f}x "
+        f"(round by round {growth['min']:.2f}-{growth['max']:.2f}x); "
+        f"target <= {result['target_growth']:.1f}x: {verdict}"
+    )
+    for size, figures in result["by_size"].items():
+        codes = ", ".join(f"{code} {n}" for code, n in sorted(figures["codes"].items()))
+        lines.append(
+            f"  {size:>7,} calls: {codes}; refunds executed {figures['refunds_executed']}, "
+            f"held {figures['codes'].get('CONFIRMATION_REQUIRED', 0)}"
+        )
+    return "\n".join(lines)
+
+
 def python_build() -> str:
     """The interpreter, as far as its speed goes: version, where it lives, how libpython is linked.
 
@@ -368,16 +559,34 @@ def render(result: Mapping[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="bench.core", description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=5_000, help="calls per round")
-    parser.add_argument("--rounds", type=int, default=20, help="timed rounds of each side")
+    parser.add_argument(
+        "--rounds", type=int, help="timed rounds of each side (20; with --history, 5)"
+    )
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument(
+        "--history",
+        metavar="SIZES",
+        help="one customer's history instead: calls per run, e.g. 2000,8000,32000",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--quiet", action="store_true", help="print nothing, return the results")
     options = parser.parse_args(argv)
-    result = measure(max(options.calls, SESSION_CALLS), max(options.rounds, 1), options.seed)
+    if options.history:
+        try:
+            sizes = [int(size) for size in options.history.split(",")]
+        except ValueError:
+            parser.error(f"--history: not a list of numbers: {options.history!r}")
+        rounds = max(options.rounds or HISTORY_ROUNDS, 1)
+        result = measure_history(sizes, rounds, options.seed)
+        text = render_history(result)
+    else:
+        rounds = max(options.rounds or 20, 1)
+        result = measure(max(options.calls, SESSION_CALLS), rounds, options.seed)
+        text = render(result)
     if options.json:
         print(json.dumps(result, indent=2))
     elif not options.quiet:
-        print(render(result))
+        print(text)
     return result
 
 

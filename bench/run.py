@@ -7,6 +7,7 @@ skipped. Nothing is written into the repository: results go to standard output o
 
     .venv/bin/python -m bench.run                      # every benchmark (what `make bench` runs)
     .venv/bin/python -m bench.run --only core          # one of them
+    .venv/bin/python -m bench.run --only core_history  # (a) over one customer's growing history
     .venv/bin/python -m bench.run --args "core=--calls 5000 --rounds 5"
     .venv/bin/python -m bench.run --json               # one JSON document with every result
 """
@@ -25,9 +26,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-# (a) the pipeline core in-process; (b) the API under gunicorn; (c) the manager's figures;
-# (d) the policy what-if, and the agents beside four of them.
-BENCHMARKS = ("core", "api", "analytics", "what_if")
+# (a) the pipeline core in-process, and its cost per call over one customer's growing history;
+# (b) the API under gunicorn; (c) the manager's figures; (d) the policy what-if, and the agents
+# beside four of them.
+BENCHMARKS = ("core", "core_history", "api", "analytics", "what_if")
+# A benchmark that is another one's mode: that one's module, and the options that select it.
+MODES: dict[str, tuple[str, list[str]]] = {
+    "core_history": ("core", ["--history", "2000,8000,32000"]),
+}
 
 
 def _importable() -> None:
@@ -64,13 +70,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {}
     failed = False
     for name in options.only or BENCHMARKS:
-        module_name = f"bench.{name}"
+        module, mode = MODES.get(name, (name, []))
+        module_name = f"bench.{module}"
         if importlib.util.find_spec(module_name) is None:
             if not options.json:
                 print(f"[{name}] skipped: {module_name} does not exist yet\n")
             results[name] = {"skipped": f"{module_name} does not exist yet"}
             continue
-        argv_of = [*extra.get(name, []), *(["--quiet"] if options.json else [])]
+        argv_of = [*mode, *extra.get(name, []), *(["--quiet"] if options.json else [])]
         started = time.perf_counter()
         try:
             module = importlib.import_module(module_name)

@@ -14,6 +14,13 @@ DEMO_TOKEN = "tg_demo_local_only_0123456789abcdef"
 DEMO_PASSWORD = "toolgate-demo"
 DEMO_BASE_URL = "http://127.0.0.1:8000"
 DEMO_TOOLS = ("get_order", "refund_order", "get_confirmation_status")
+# The retail desk's agent (docs/retail.md), beside the refund agent: every retail tool.
+RETAIL_AGENT_NAME = "retail-agent"
+RETAIL_TOKEN = "tg_retail_demo_local_only_0123456789"
+# A customer of the retail data with a pending order of $182.03, paid with PayPal: a cancellation
+# the demo policy holds for a human (from $50).
+RETAIL_CUSTOMER = "fatima_anderson_2157"
+RETAIL_ORDER = "#W2974929"
 
 
 def demo_token() -> str:

@@ -17,8 +17,6 @@ from typing import Any, NamedTuple, Protocol
 from dispatch.pipeline.allowance import (
     APPROVED,
     HELD,
-    MOVED,
-    ON_ITS_WAY,
     POLICY,
     REVIEWER,
     AllowanceHistory,
@@ -28,6 +26,7 @@ from dispatch.pipeline.allowance import (
     execution_key,
 )
 from dispatch.pipeline.audit_chain import Head, audit_chain, link_hash
+from dispatch.pipeline.window import CustomerWindow
 
 
 class SessionConflict(Exception):
@@ -282,15 +281,12 @@ class InMemoryState:
     links: list[Head] = field(default_factory=list)
     heads: dict[tuple[str, str], Head] = field(default_factory=dict)
     # Reserved money by key (moved, or held for a human), with its customer and currency; released
-    # ones are dropped. Indexed by customer and currency, and what moved without a human summed by
-    # agent, currency and day, as a database would.
+    # ones are dropped. By customer and currency with the sums that count of it, kept as money
+    # comes and goes (dispatch/pipeline/window.py), so that a call's judgement does not read the
+    # whole window; what moved without a human summed by agent, currency and day.
     movements: dict[str, tuple[str, str, Movement]] = field(default_factory=dict)
-    _by_customer: dict[tuple[str, str], dict[str, Movement]] = field(
-        default_factory=dict, repr=False
-    )
+    _windows: dict[tuple[str, str], CustomerWindow] = field(default_factory=dict, repr=False)
     _agent_day: dict[tuple[str, str, date], int] = field(default_factory=dict, repr=False)
-    # When held money stops counting: its confirmation's expiry.
-    _expiries: dict[str, datetime] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def open_call(
@@ -389,25 +385,10 @@ class InMemoryState:
         self, request: AllowanceRequest, judge: Callable[[AllowanceHistory], HoldReason | None]
     ) -> tuple[AllowanceHistory, HoldReason | None]:
         with self._lock:
-            customer = self._by_customer.setdefault((request.customer_id, request.currency), {})
-            own = {request.key, request.held_key}
-            window = [
-                movement
-                for key, movement in customer.items()
-                if key not in own and self._counts(key, movement, request)
-            ]
-            same = (request.tool, request.subject, request.amount_cents)
-            history = AllowanceHistory(
-                customer_window_cents=sum(m.amount_cents for m in window),
-                customer_window_count=len(window),
-                customer_window=tuple(sorted(window, key=lambda m: m.at)),
-                agent_day_cents=self._agent_day.get(_day_of(request), 0),
-                repeats=tuple(m for m in window if (m.tool, m.subject, m.amount_cents) == same),
-                customer_held_cents=sum(m.amount_cents for m in window if m.approval in ON_ITS_WAY),
-                customer_reviewed_cents=sum(
-                    m.amount_cents for m in window if m.approval == REVIEWER
-                ),
-            )
+            window = self._windows.get((request.customer_id, request.currency))
+            if window is None:
+                window = self._windows[request.customer_id, request.currency] = CustomerWindow()
+            history = window.history(request, self._agent_day.get(_day_of(request), 0))
             hold = judge(history)
             if hold is None:
                 self._reserve(request, request.key, POLICY, None)
@@ -416,15 +397,6 @@ class InMemoryState:
             elif request.confirmation_id:
                 self._reserve(request, request.held_key, HELD, request.held_until)
             return history, hold
-
-    def _counts(self, key: str, movement: Movement, request: AllowanceRequest) -> bool:
-        """Whether a movement is in the customer's sum at the request's time (see allowance)."""
-        if movement.approval in MOVED:
-            return movement.at >= request.since
-        if movement.approval == HELD:
-            expires_at = self._expiries.get(key)
-            return expires_at is None or expires_at > request.at
-        return True
 
     def _reserve(
         self, request: AllowanceRequest, key: str, approval: str, expires_at: datetime | None
@@ -442,9 +414,7 @@ class InMemoryState:
         )
         self._release(key)
         self.movements[key] = (request.customer_id, request.currency, movement)
-        self._by_customer[request.customer_id, request.currency][key] = movement
-        if expires_at is not None:
-            self._expiries[key] = expires_at
+        self._windows[request.customer_id, request.currency].reserve(movement, expires_at)
 
     def release_allowance(self, key: str) -> None:
         with self._lock:
@@ -452,11 +422,10 @@ class InMemoryState:
 
     def _release(self, key: str) -> None:
         kept = self.movements.pop(key, None)
-        self._expiries.pop(key, None)
         if kept is None:
             return
         customer_id, currency, movement = kept
-        self._by_customer[customer_id, currency].pop(key, None)
+        self._windows[customer_id, currency].release(key)
         if movement.approval == POLICY:
             day = (movement.agent_id, currency, movement.at.date())
             self._agent_day[day] -= movement.amount_cents
@@ -475,8 +444,7 @@ class InMemoryState:
             customer_id, currency, movement = kept
             approved_movement = movement._replace(approval=APPROVED)
             self.movements[key] = (customer_id, currency, approved_movement)
-            self._by_customer[customer_id, currency][key] = approved_movement
-            self._expiries.pop(key, None)
+            self._windows[customer_id, currency].replace(key, approved_movement, None)
 
     def held_executed(self, confirmation_id: str, *, at: datetime) -> None:
         """What an approved held call's execution does to its money (the approvals service does
@@ -489,7 +457,7 @@ class InMemoryState:
             customer_id, currency, movement = kept
             executed = movement._replace(approval=REVIEWER, at=at)
             self.movements[key] = (customer_id, currency, executed)
-            self._by_customer[customer_id, currency][key] = executed
+            self._windows[customer_id, currency].replace(key, executed, None)
 
     def expire(self, confirmation_id: str, at: datetime) -> None:
         """Move a confirmation's expiry (for tests of expiry)."""

@@ -175,6 +175,10 @@ def documented_verify() -> Verify:
 
 _sessions = itertools.count(1)
 
+# What the queue says is held, in the installed domains' words: the refunds of orders, and the
+# cancellations, order changes, returns, exchanges and address changes of the retail desk.
+HELD_ACTIONS = "refunds, cancellations, order changes, returns, exchanges and address changes"
+
 MakeUser = Callable[..., User]
 HoldRefund = Callable[..., Confirmation]
 

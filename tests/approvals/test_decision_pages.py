@@ -14,7 +14,7 @@ from approvals.models import ConfirmationEvent, EventKind
 from approvals.services import confirmation_approve, confirmation_reject
 from dispatch.models import ConfirmationStatus
 from orders.services import gateway_faults_set
-from tests.approvals.conftest import HoldRefund, MakeUser
+from tests.approvals.conftest import HELD_ACTIONS, HoldRefund, MakeUser
 from tests.approvals.test_pages import text
 from tests.conftest import Ledger
 from tests.factories import OrderFactory
@@ -39,7 +39,7 @@ def test_an_approval_executes_and_says_so(
 
     assert response.status_code == 303
     assert "Executed: Refund order R$ 60,00 ORD-1001." in text(page)
-    assert "No refunds are waiting" in text(page)
+    assert f"No {HELD_ACTIONS} are waiting" in text(page)
     held.refresh_from_db()
     assert held.status == ConfirmationStatus.EXECUTED
     assert ledger.state("ORD-1001") == (1, 6_000)

@@ -33,6 +33,9 @@ pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).parents[2]
 VOUCHER = {"account_id": "ACC-7", "amount_cents": 8_000, "currency": "BRL", "occasion": "apology"}
 GIFT = {"account_id": "ACC-7", "gift": "tote_bag"}
+# What the installed domains' high-risk tools call their actions, before the desk's own: the
+# refunds of orders, and the cancellations, order changes and the rest of retail.
+HELD = "refunds, cancellations, order changes, returns, exchanges, address changes"
 
 
 @pytest.fixture
@@ -64,7 +67,7 @@ def test_a_held_voucher_shows_its_account_its_facts_and_its_words_in_the_queue(
 
     page = text(client.get("/approvals/"))
 
-    assert "Refunds, vouchers and gifts that agents proposed" in page
+    assert f"{HELD.capitalize()}, vouchers and gifts that agents proposed" in page
     assert "R$ 80,00 Issue voucher · ACC-7" in page
     assert "Loyalty tier gold" in page
     assert "Vouchers this year R$ 30,00" in page
@@ -82,7 +85,7 @@ def test_a_voucher_approved_through_the_page_is_issued_by_its_handler(
     response = client.post(f"/approvals/{held.pk}/approve", {"next": "/approvals/"}, follow=True)
 
     assert "Executed: Issue voucher R$ 80,00 ACC-7." in text(response)
-    assert "No refunds, vouchers and gifts are waiting" in text(response)
+    assert f"No {HELD}, vouchers and gifts are waiting" in text(response)
     [voucher] = desk.vouchers.values()
     assert (voucher.account_id, voucher.amount_cents, voucher.approved_by) == (
         "ACC-7",
@@ -152,7 +155,7 @@ def test_the_api_and_the_webhooks_sum_up_a_held_call_in_its_tools_words(
 def test_mcp_tells_its_clients_what_may_be_held_in_the_tools_words(desk: GoodwillDesk) -> None:
     instructions = server_instructions()
 
-    assert "refunds, vouchers and gifts may be held for a human (CONFIRMATION_REQUIRED)" in (
+    assert f"{HELD}, vouchers and gifts may be held for a human (CONFIRMATION_REQUIRED)" in (
         instructions
     )
 

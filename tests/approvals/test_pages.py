@@ -15,7 +15,7 @@ from pytest_django.fixtures import Settings
 from approvals.models import ReviewerLimit
 from dispatch.models import Agent, Confirmation, ConfirmationStatus
 from dispatch.services import call_dispatch
-from tests.approvals.conftest import HoldRefund, MakeUser
+from tests.approvals.conftest import HELD_ACTIONS, HoldRefund, MakeUser
 from tests.conftest import MakeAgent, confirmation_rewrite
 from tests.factories import OrderFactory
 
@@ -124,7 +124,7 @@ def test_the_queue_leaves_out_an_item_past_its_expiry_and_the_history_shows_it_e
     history = client.get("/approvals/history/?status=expired").content.decode()
 
     assert held.pk not in queue
-    assert "No refunds are waiting" in queue
+    assert f"No {HELD_ACTIONS} are waiting" in queue
     assert held.pk in history and "Expired" in history
 
 
@@ -323,7 +323,7 @@ def test_the_empty_pages_say_what_will_appear_there(client: Client, reviewer: Us
 
     queue, history, reconciliation = (text(client.get(path)) for path in PAGES)
 
-    assert "No refunds are waiting for a decision" in queue
+    assert f"No {HELD_ACTIONS} are waiting for a decision" in queue
     assert "Nothing has been decided yet" in history
     assert "Nothing to reconcile" in reconciliation
 

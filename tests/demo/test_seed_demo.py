@@ -16,11 +16,13 @@ from pytest_django.fixtures import Settings
 from analytics.replay import policy_what_if
 from analytics.rollups import audit_in_session_order, rollups_live, rollups_rebuilt
 from approvals.selectors import effective_status
-from demo.fixtures import DEMO_TOKEN
+from demo.fixtures import DEMO_TOKEN, RETAIL_AGENT_NAME, RETAIL_CUSTOMER, RETAIL_ORDER, RETAIL_TOKEN
 from dispatch.models import Agent, AuditRecord, Confirmation, Policy
 from dispatch.pipeline.policy import CurrencyLimits
 from dispatch.services import agent_authenticate, agent_create, token_hash
 from orders.models import Order
+from retail.models import RetailOrder
+from retail.tools import RETAIL_TOOLS
 from tests.conftest import Run
 
 pytestmark = pytest.mark.django_db
@@ -267,3 +269,19 @@ def test_its_history_spreads_the_traffic_over_30_days_through_the_pipeline(run: 
         )
         assert (days, replay.moves) == (days, ())
     assert replay.calls > 0
+
+
+def test_it_loads_the_retail_desk_and_its_agent_beside_the_refund_agent(run: Run) -> None:
+    output = run("seed_demo", "--force", "--history-sessions", "0")
+    again = run("seed_demo", "--force", "--history-sessions", "0")
+
+    agent = Agent.objects.get(name=RETAIL_AGENT_NAME)
+    assert agent_authenticate(RETAIL_TOKEN) == agent
+    assert agent.current_policy is not None
+    assert set(agent.current_policy.allowed_tools) == {*RETAIL_TOOLS, "get_confirmation_status"}
+    assert agent.policies.count() == 1
+    assert RetailOrder.objects.count() == 1000
+    assert RetailOrder.objects.get(order_id=RETAIL_ORDER).user.user_id == RETAIL_CUSTOMER
+    assert "Retail data: 500 users, 1000 orders, 50 products loaded." in output
+    assert "Retail data: already loaded." in again
+    assert RETAIL_TOKEN in output

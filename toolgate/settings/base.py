@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "django_tables2",
     "django_filters",
     "orders",
+    "retail",
     "dispatch",
     "approvals",
     "analytics",

@@ -22,6 +22,10 @@ from demo.fixtures import (
     DEMO_PASSWORD,
     DEMO_TOOLS,
     DEMO_USERS,
+    RETAIL_AGENT_NAME,
+    RETAIL_CUSTOMER,
+    RETAIL_ORDER,
+    RETAIL_TOKEN,
     DemoUser,
     demo_token,
 )
@@ -39,6 +43,8 @@ from dispatch.pipeline.policy import CurrencyLimits
 from dispatch.services import agent_create, agent_token_set, policy_create, token_hash
 from orders.models import Order
 from orders.services import order_create
+from retail.loader import read_db, retail_load, retail_loaded
+from retail.tools import RETAIL_TOOLS
 
 # Characters that need no quoting in a shell or an Authorization header.
 _TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9._~-]{16,128}$")
@@ -47,8 +53,9 @@ _TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9._~-]{16,128}$")
 class Command(BaseCommand):
     help = (
         "Create demo orders, the agent 'demo-agent' with a fixed, documented token, the users "
-        "admin, reviewer, reviewer2 and manager, and a reviewer queue of held refunds in every "
-        "state. Idempotent. Refuses to run without DEBUG unless --force is given."
+        "admin, reviewer, reviewer2 and manager, a reviewer queue of held refunds in every "
+        "state, and the retail desk's data with its agent 'retail-agent'. Idempotent. Refuses "
+        "to run without DEBUG unless --force is given."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -101,6 +108,7 @@ class Command(BaseCommand):
         with transaction.atomic():
             self._seed_orders()
             agent = self._seed_agent(token)
+            self._seed_retail()
             users = self._seed_users(password)
         # After the commit: each decision commits on its own, and its execution runs then.
         demo_queue_seed(
@@ -181,6 +189,42 @@ class Command(BaseCommand):
             self.stdout.write(f"  {line}")
         return agent
 
+    def _seed_retail(self) -> None:
+        """The retail desk's data, if it is not loaded yet, and its agent beside the refund
+        agent's, with a documented token of its own."""
+        if retail_loaded():
+            self.stdout.write("Retail data: already loaded.")
+        else:
+            loaded = retail_load(read_db())
+            self.stdout.write(
+                f"Retail data: {loaded.users} users, {loaded.orders} orders, "
+                f"{loaded.products} products loaded."
+            )
+        tools = [*RETAIL_TOOLS, "get_confirmation_status"]
+        agent = Agent.objects.select_for_update().filter(name=RETAIL_AGENT_NAME).first()
+        if agent is None:
+            agent, _ = agent_create(
+                name=RETAIL_AGENT_NAME,
+                token=RETAIL_TOKEN,
+                allowed_tools=tools,
+                currencies=_retail_limits(),
+                **DEFAULT_POLICY,
+            )
+            state = "created"
+        else:
+            agent_token_set(agent=agent, token=RETAIL_TOKEN)
+            state = "already there; token set and agent active"
+            policy = agent.current_policy
+            if policy is None or policy.limits() != _retail_limits():
+                policy = policy_create(
+                    agent=agent, allowed_tools=tools, currencies=_retail_limits(), **DEFAULT_POLICY
+                )
+                state += f"; retail policy set as v{policy.version}"
+        assert agent.current_policy is not None
+        self.stdout.write(f"Agent {RETAIL_AGENT_NAME}: {state}.")
+        for line in describe_policy(agent.current_policy):
+            self.stdout.write(f"  {line}")
+
     def _seed_users(self, password: str) -> dict[str, User]:
         users = {}
         for demo in DEMO_USERS:
@@ -214,6 +258,14 @@ class Command(BaseCommand):
                 "arguments": {"order_id": "ORD-1001"},
             }
         )
+        retail_body = json.dumps(
+            {
+                "session_id": "try-retail-1",
+                "customer_id": RETAIL_CUSTOMER,
+                "tool": "cancel_pending_order",
+                "arguments": {"order_id": RETAIL_ORDER, "reason": "no longer needed"},
+            }
+        )
         lines = [
             "",
             self.style.SUCCESS("Demo data is ready. Local use only: all of it is public."),
@@ -229,6 +281,12 @@ class Command(BaseCommand):
             f"    -H {shlex.quote(f'Authorization: Token {token}')} \\",
             "    -H 'Content-Type: application/json' \\",
             f"    -d {shlex.quote(body)}",
+            f"Retail agent token: {RETAIL_TOKEN} (customer {RETAIL_CUSTOMER}, docs/retail.md)",
+            "  its cancellation of the pending order " + RETAIL_ORDER + " is held for a reviewer:",
+            f"  curl -s {base_url}/api/v1/calls \\",
+            f"    -H {shlex.quote(f'Authorization: Token {RETAIL_TOKEN}')} \\",
+            "    -H 'Content-Type: application/json' \\",
+            f"    -d {shlex.quote(retail_body)}",
             "Simulate agents against it:",
             "  .venv/bin/python manage.py simulate_agents --sessions 50",
         ]
@@ -250,6 +308,17 @@ def _demo_limits() -> dict[str, CurrencyLimits]:
     approval's second look above 200."""
     second_look = [PerCurrency(currency, DEMO_CONFIRM_ABOVE) for currency in DEMO_CURRENCIES]
     return currency_limits({"confirm_above": second_look}, DEMO_CURRENCIES)
+
+
+def _retail_limits() -> dict[str, CurrencyLimits]:
+    """The retail desk moves dollars only: up to $5,000 a call (its dearest orders pass $500),
+    without a human below $50, two reviewers from $1,000, a second look above $200."""
+    chosen = {
+        "max_amount": [PerCurrency("USD", "5000")],
+        "two_reviewers_from": [PerCurrency("USD", "1000")],
+        "confirm_above": [PerCurrency("USD", DEMO_CONFIRM_ABOVE)],
+    }
+    return currency_limits(chosen, ("USD",))
 
 
 def _is_demo_policy(policy: Policy) -> bool:

@@ -11,6 +11,7 @@ from django.utils import timezone
 from dispatch.formats import openai_strict_accepts
 from dispatch.models import Agent, Confirmation
 from dispatch.registry import tool_registry
+from retail.book import RETAIL_CODES
 from tests.conftest import AgentClient, ClientFor, Ledger, MakeAgent
 
 pytestmark = pytest.mark.usefixtures("orders")
@@ -162,6 +163,8 @@ def test_the_code_catalogue_lists_every_code_with_its_meaning(api: AgentClient) 
         "CONFIRMATION_NOT_FOUND",
         "UPSTREAM_UNAVAILABLE",
         "INTERNAL_ERROR",
+        # The retail desk's business rules (docs/retail.md).
+        *(code.name for code in RETAIL_CODES),
     }
     for code in codes.values():
         assert set(code) == {"code", "stage", "meaning", "model_fixable", "retryable"}
