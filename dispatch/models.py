@@ -148,7 +148,8 @@ class IdempotencyRecord(models.Model):
     """One per idempotency key: how often it was sent, where it stands, what to replay."""
 
     key = models.CharField(max_length=64, primary_key=True)
-    # Records are found by key only; an index on the agent would be written and never read.
+    # A call finds its record by key; the retention finds a session's records by
+    # idempotency_session_idx, which leads with the agent.
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
     session_id = models.CharField(max_length=128)
     tool = models.CharField(max_length=64)
@@ -162,6 +163,13 @@ class IdempotencyRecord(models.Model):
     confirmation_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            # A session's records, deleted with it (dispatch/retention.py). Its columns never
+            # change, so a key's updates stay heap-only.
+            models.Index(fields=["agent", "session_id"], name="idempotency_session_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.tool} {self.key[:12]} {self.status}"

@@ -99,22 +99,25 @@ class RetryPolicy:
 _utcnow = partial(datetime.now, UTC)
 
 
-# Ids of calls and confirmations: 128 bits of the operating system's randomness as 32 hex digits
-# (as many bits as a UUID), read 256 at a time. Taking an id is one step of a list iterator, which
-# no two threads can take at once; a forked child forgets what its parent read, so that no two
-# processes hand out the same ids.
+# Ids of calls and confirmations, 32 hex digits: the milliseconds since the epoch (12 digits),
+# then 80 bits of the operating system's randomness, read 256 ids' worth at a time. Led by the
+# time, a new call's id goes to the right end of the audit records' index on it, not to a random
+# page: on a table of millions a random page is seldom cached and is written whole to the WAL
+# after each checkpoint, a page per call (docs/benchmarks.md, (b) with a big history). Taking the
+# random part is one step of a list iterator, which no two threads can take at once; a forked
+# child forgets what its parent read, so that no two processes hand out the same ids.
 _IDS_PER_READ = 256
 _ids: Iterator[str] = iter(())
 
 
 def _new_id() -> str:
     global _ids
-    call_id = next(_ids, None)
-    if call_id is None:
-        digits = os.urandom(16 * _IDS_PER_READ).hex()
-        _ids = ids = iter([digits[at : at + 32] for at in range(0, len(digits), 32)])
-        call_id = next(ids)
-    return call_id
+    tail = next(_ids, None)
+    if tail is None:
+        digits = os.urandom(10 * _IDS_PER_READ).hex()
+        _ids = tails = iter([digits[at : at + 20] for at in range(0, len(digits), 20)])
+        tail = next(tails)
+    return f"{time.time_ns() // 1_000_000:012x}{tail}"
 
 
 def _forget_ids() -> None:

@@ -234,6 +234,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "analytics.tasks.rollups_fill_task",
         "schedule": env.float("TOOLGATE_ROLLUP_FILL_SECONDS", default=60.0),
     },
+    # Idempotency records and sessions past their keep time, deleted in batches
+    # (dispatch/retention.py).
+    "prune-records": {
+        "task": "dispatch.tasks.records_prune_task",
+        "schedule": env.float("TOOLGATE_RETENTION_SECONDS", default=3600.0),
+    },
 }
 # A fill counts the calls and decisions that arrived longer ago than this: any later one may still
 # be committing. Keep it above the longest a call runs (gunicorn's timeout, 30 s, ends the others).
@@ -372,3 +378,28 @@ if TOOLGATE_IDEMPOTENCY_KEY_HOURS < 24:
         "TOOLGATE_IDEMPOTENCY_KEY_HOURS must be at least 24: agent hosts are promised that a key "
         "gets its first answer again for a day."
     )
+
+# The pipeline's own records of a call (docs/retention.md): an idempotency record is kept this
+# long after it last moved, a session this long after its last call; beat's retention deletes
+# them afterwards (dispatch/retention.py), never a key whose effect may yet happen. Neither may go
+# below a day, nor below TOOLGATE_IDEMPOTENCY_KEY_HOURS: a host's unfinished key runs again in the
+# session of its first request, under that session's key.
+TOOLGATE_IDEMPOTENCY_KEEP_SECONDS = env.int(
+    "TOOLGATE_IDEMPOTENCY_KEEP_SECONDS", default=7 * 24 * 3600
+)
+TOOLGATE_SESSION_KEEP_SECONDS = env.int("TOOLGATE_SESSION_KEEP_SECONDS", default=7 * 24 * 3600)
+# Rows one statement of the retention deletes at most: each batch is a short transaction.
+TOOLGATE_RETENTION_BATCH = env.int("TOOLGATE_RETENTION_BATCH", default=5000)
+for _name, _seconds in (
+    ("TOOLGATE_IDEMPOTENCY_KEEP_SECONDS", TOOLGATE_IDEMPOTENCY_KEEP_SECONDS),
+    ("TOOLGATE_SESSION_KEEP_SECONDS", TOOLGATE_SESSION_KEEP_SECONDS),
+):
+    if _seconds < max(24, TOOLGATE_IDEMPOTENCY_KEY_HOURS) * 3600:
+        raise ImproperlyConfigured(
+            f"{_name} must be at least a day and at least TOOLGATE_IDEMPOTENCY_KEY_HOURS "
+            f"({TOOLGATE_IDEMPOTENCY_KEY_HOURS} h), not {_seconds} s: an identical call is "
+            "promised the first answer for a day, and a host's key runs again in its session."
+        )
+del _name, _seconds
+if TOOLGATE_RETENTION_BATCH < 1:
+    raise ImproperlyConfigured("TOOLGATE_RETENTION_BATCH must be at least 1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 
 import pytest
 
@@ -16,6 +17,18 @@ def test_ids_are_32_hex_digits_and_never_repeat() -> None:
 
     assert len(set(ids)) == len(ids)
     assert all(re.fullmatch(r"[0-9a-f]{32}", call_id) for call_id in ids)
+
+
+def test_an_id_taken_later_sorts_after_so_that_new_ids_go_to_the_end_of_their_index() -> None:
+    before_ms = time.time_ns() // 1_000_000
+    first = _new_id()
+    time.sleep(0.002)
+    later = [_new_id() for _ in range(2 * _IDS_PER_READ)]
+
+    assert all(first < call_id for call_id in later)
+    # Led by the milliseconds since the epoch, then 80 random bits.
+    assert int(first[:12], 16) >= before_ms
+    assert len({call_id[12:] for call_id in later}) == len(later)
 
 
 def test_threads_taking_ids_at_once_never_share_one() -> None:
