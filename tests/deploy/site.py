@@ -100,10 +100,12 @@ class Service:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def log_tail(self, lines: int = 40) -> str:
+    def log_text(self) -> str:
         self._log_file.flush()
-        text = self.log.read_text(errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
+        return self.log.read_text(errors="replace")
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
 
     def stop(self, how: signal.Signals = signal.SIGTERM) -> None:
         if self.alive():
