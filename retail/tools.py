@@ -278,7 +278,8 @@ def calculated(expression: str) -> str:
     """The value, rounded to cents, as the benchmark's calculator writes it (str of a float)."""
     try:
         return str(round(float(_evaluate(ast.parse(expression, mode="eval"))), 2))
-    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError):
+    # A chain of thousands of operators nests deeper than the parser or the walk may recurse.
+    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, RecursionError):
         raise Refused(
             Rejection(
                 INVALID_EXPRESSION,
