@@ -479,15 +479,20 @@ def plan_cancel(order: OrderView, user: UserView, reason: str) -> Plan | Rejecti
     )
 
 
-def plan_modify_items(
+def _paid_changes(
     order: OrderView,
     user: UserView,
     item_ids: Sequence[str],
     new_item_ids: Sequence[str],
     payment_method_id: str,
     variants: Mapping[str, VariantView],
-) -> Plan | Rejection:
-    refusal = _status_refusal(order, PENDING, "modified")
+    status: str,
+    verb: str,
+) -> _Changes | Rejection:
+    """What modifying (a pending order) and exchanging (a delivered one) both check, in the
+    same order: the order's status, the items and their new variants, the paying method on file
+    and a gift card's balance for the difference."""
+    refusal = _status_refusal(order, status, verb)
     if refusal is not None:
         return refusal
     changes = _changes(order, item_ids, new_item_ids, variants)
@@ -496,10 +501,26 @@ def plan_modify_items(
     method = user.method(payment_method_id)
     if method is None:
         return method_not_found(payment_method_id, user)
-    difference = changes.difference_cents
-    refusal = _gift_card_refusal(method, difference)
+    refusal = _gift_card_refusal(method, changes.difference_cents)
     if refusal is not None:
         return refusal
+    return changes
+
+
+def plan_modify_items(
+    order: OrderView,
+    user: UserView,
+    item_ids: Sequence[str],
+    new_item_ids: Sequence[str],
+    payment_method_id: str,
+    variants: Mapping[str, VariantView],
+) -> Plan | Rejection:
+    changes = _paid_changes(
+        order, user, item_ids, new_item_ids, payment_method_id, variants, PENDING, "modified"
+    )
+    if isinstance(changes, Rejection):
+        return changes
+    difference = changes.difference_cents
     kind = "payment" if difference > 0 else "refund"
     return Plan(
         order.order_id,
@@ -599,19 +620,12 @@ def plan_exchange(
     payment_method_id: str,
     variants: Mapping[str, VariantView],
 ) -> Plan | Rejection:
-    refusal = _status_refusal(order, DELIVERED, "exchanged")
-    if refusal is not None:
-        return refusal
-    changes = _changes(order, item_ids, new_item_ids, variants)
+    changes = _paid_changes(
+        order, user, item_ids, new_item_ids, payment_method_id, variants, DELIVERED, "exchanged"
+    )
     if isinstance(changes, Rejection):
         return changes
-    method = user.method(payment_method_id)
-    if method is None:
-        return method_not_found(payment_method_id, user)
     difference = changes.difference_cents
-    refusal = _gift_card_refusal(method, difference)
-    if refusal is not None:
-        return refusal
     # The items stay as delivered until they come back: the order records what was asked.
     return Plan(
         order.order_id,

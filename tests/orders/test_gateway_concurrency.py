@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from typing import TypeVar
-
 import pytest
 from django.db import connection
 from django.db.models import Sum
@@ -14,8 +10,7 @@ from orders.book import RefundReceipt, RefundRefused
 from orders.gateway import OrmOrderBook
 from orders.models import Order, Refund
 from tests.factories import OrderFactory
-
-T = TypeVar("T")
+from tests.threads import run_together
 
 pytestmark = [
     pytest.mark.skipif(
@@ -24,29 +19,6 @@ pytestmark = [
     ),
     pytest.mark.django_db(transaction=True),
 ]
-
-
-def run_together(count: int, work: Callable[[int], T]) -> list[T | BaseException]:
-    """Run work(0..count-1) in as many threads, released at once; each result or exception."""
-    barrier = threading.Barrier(count)
-    results: list[T | BaseException] = [RuntimeError("never ran")] * count
-
-    def thread(index: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[index] = work(index)
-        except BaseException as exc:
-            results[index] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=thread, args=(i,)) for i in range(count)]
-    for each in threads:
-        each.start()
-    for each in threads:
-        each.join(timeout=60)
-    assert not any(each.is_alive() for each in threads)
-    return results
 
 
 def refund(order: Order, *, amount_cents: int, key: str) -> RefundReceipt:

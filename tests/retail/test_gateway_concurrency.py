@@ -3,9 +3,8 @@ it left, so an order is cancelled once and a gift card never pays more than its 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -14,8 +13,7 @@ from dispatch.pipeline.tools import Refused
 from retail.book import OrderView, Plan, UserView, plan_cancel, plan_modify_payment
 from retail.gateway import OrmRetailBook
 from retail.models import PaymentMethod, RetailOrder
-
-T = TypeVar("T")
+from tests.threads import run_together
 
 pytestmark = [
     pytest.mark.skipif(
@@ -24,29 +22,6 @@ pytestmark = [
     ),
     pytest.mark.django_db(transaction=True),
 ]
-
-
-def run_together(count: int, work: Callable[[int], T]) -> list[T | BaseException]:
-    """Run work(0..count-1) in as many threads, released at once; each result or exception."""
-    barrier = threading.Barrier(count)
-    results: list[T | BaseException] = [RuntimeError("never ran")] * count
-
-    def thread(index: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[index] = work(index)
-        except BaseException as exc:
-            results[index] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=thread, args=(i,)) for i in range(count)]
-    for each in threads:
-        each.start()
-    for each in threads:
-        each.join(timeout=60)
-    assert not any(each.is_alive() for each in threads)
-    return results
 
 
 def write(order: RetailOrder, key: str, judge: Callable[[OrderView, UserView], Plan | Any]) -> Any:
