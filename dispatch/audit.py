@@ -95,20 +95,19 @@ def _audit_links() -> Iterator[tuple[str, Link]]:
 
 
 def _audit_heads_since(since: datetime | None) -> Iterator[Head]:
-    """The last record of each session that recorded since then: its chain's head."""
+    """The last record of each session that recorded since then: its chain's head. One pass over
+    the records of the range, by session, each session's highest place first; a session whose
+    head came in just before `since` is within the seal's overlap."""
     moved = AuditRecord.objects.filter(chain_seq__isnull=False)
     if since is not None:
         moved = moved.filter(at__gte=since)
-    sessions = moved.values("agent_id", "session_id").distinct()
-    for session in sessions.iterator(chunk_size=_CHUNK):
-        last = (
-            AuditRecord.objects.filter(**session, chain_seq__isnull=False)
-            .order_by("-chain_seq")
-            .values_list("chain_seq", "chain_hash")
-            .first()
-        )
-        if last is not None and last[0] is not None:
-            yield Head(audit_chain(session["agent_id"], session["session_id"]), last[0], last[1])
+    rows = moved.order_by("agent_id", "session_id", "-chain_seq").values_list(
+        "agent_id", "session_id", "chain_seq", "chain_hash"
+    )
+    sessions = groupby(rows.iterator(chunk_size=_CHUNK), key=lambda row: (row[0], row[1]))
+    for (agent_id, session_id), records in sessions:
+        _, _, seq, head = next(records)
+        yield Head(audit_chain(agent_id, session_id), seq or 0, head)
 
 
 chain_source_register(
