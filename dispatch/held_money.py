@@ -13,13 +13,15 @@ circle:
 
 - a decision (approve, reject, expire, an execution's end, a reconciliation) takes its customer's
   decision lock (`decision_lock`), then the confirmation's row, then its key's record;
-- a call takes its own key's record, then, on a reservations' connection of its own, the
-  customer's money lock (dispatch/store/allowance.py), and commits that at once.
+- a call takes its own key's record, then the customer's money lock (dispatch/store/allowance.py),
+  then what its effect writes, and keeps them all until it commits; where a policy caps the
+  agent's day, it takes the money locks on a connection of its own instead, and commits that
+  before its effect.
 
-A decision never takes the money lock, and a call never the decision lock or a confirmation's
-row: a call's reservation cannot wait for a decision, and a decision waits at most for a call's
-short transaction. Decisions of one customer take turns, so that two twins approved at the same
-moment see each other.
+A decision never takes a money lock, and a call never the decision lock, a confirmation's row or
+another call's key: a call's reservation cannot wait for a decision, and a decision waits at most
+for the rows a call's effect writes, which that call takes last. Decisions of one customer take
+turns, so that two twins approved at the same moment see each other.
 """
 
 from __future__ import annotations

@@ -391,12 +391,14 @@ class MovementApproval(models.TextChoices):
 class Movement(models.Model):
     """Money a call moved, or reserved to move, without a human or with one.
 
-    What the customer's sum adds up (dispatch/pipeline/allowance.py). On PostgreSQL a reservation
-    commits on a connection of its own before the call's effect, so that concurrent calls see it;
-    a call that then moves nothing releases it. A held call's money is reserved under its
-    confirmation's execution key when it is held; the decision releases it or approves it, and the
-    execution's end turns it into money moved with a reviewer or releases it (approvals.services,
-    through dispatch.held_money): one row of money per call, never two.
+    What the customer's sum adds up (dispatch/pipeline/allowance.py). A reservation is written
+    in its call's transaction, under the customer's money lock that concurrent calls wait on
+    until it commits (under an agent's daily cap, in a short transaction of its own before the
+    effect; dispatch/store/allowance.py); a call that moves nothing releases it or writes none.
+    A held call's money is reserved under its confirmation's execution key when it is held; the
+    decision releases it or approves it, and the execution's end turns it into money moved with
+    a reviewer or releases it (approvals.services, through dispatch.held_money): one row of
+    money per call, never two.
     """
 
     key = models.CharField(max_length=64, unique=True)

@@ -20,7 +20,7 @@ from dispatch.pipeline.results import CallResult
 from dispatch.pipeline.tools import ToolCall
 from dispatch.registry import tool_registry
 from dispatch.store import OrmState
-from dispatch.store.backends import backend
+from dispatch.store.backends import backend, ends_transaction
 
 TOKEN_PREFIX = "tg_"
 
@@ -175,7 +175,10 @@ def call_dispatch(
     # key's row lock, then replays the outcome. Any other call runs in the backend's read scope.
     scope = transaction.atomic() if prepared.writes else backend().read_scope()
     with scope, connection.cursor() as cursor:
-        result = pipeline.run_prepared(prepared, OrmState(cursor, tool_registry, channel=channel))
+        # The audit record is a write's last statement, unless the host's answer follows it.
+        commits = prepared.writes and on_result is None and ends_transaction()
+        state = OrmState(cursor, tool_registry, channel=channel, commits=commits)
+        result = pipeline.run_prepared(prepared, state)
         if on_result is not None:
             on_result(result)
         return result

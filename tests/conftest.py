@@ -88,8 +88,9 @@ def django_db_setup(django_db_setup: None) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _forget_reserved_money(request: pytest.FixtureRequest, django_db_blocker: Any) -> None:
-    """On PostgreSQL reservations commit on a connection of their own (dispatch/store/allowance.py),
-    outside the transaction a test rolls back: each test starts with none. They are deleted before
+    """On PostgreSQL a reservation under an agent's daily cap commits on a connection of its own
+    (dispatch/store/allowance.py), outside the transaction a test rolls back: each test starts
+    with none. They are deleted before
     the test rather than after it, when the test's own transaction, not rolled back yet, may hold
     some of their rows (a decision moves held money on the test's connection). Truncated: a
     reservation is never deleted (its protocol's trigger refuses it)."""

@@ -246,8 +246,9 @@ class StatePort(Protocol):
         read and the reservation. If judge finds no reason to hold, the money is reserved as moved
         without a human under the request's key; if it holds and the request names its
         confirmation, as held under the confirmation's execution key until `held_until`. The
-        reservation counts from then on, whatever happens to the call's own transaction, until
-        release_allowance (or, for held money, a reviewer's decision)."""
+        reservation is part of the call's own transaction: it counts once the call commits,
+        until release_allowance (or, for held money, a reviewer's decision), and until then no
+        other reservation of the same customer or agent is judged."""
         ...
 
     def release_allowance(self, key: str) -> None:

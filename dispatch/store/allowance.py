@@ -1,21 +1,33 @@
 """Money reserved without a human (StatePort.reserve_allowance) on the database.
 
-On PostgreSQL a reservation is made on a connection of its own, in a short transaction that holds
-two advisory locks, first the customer's (with the currency) and then the agent's (with the
-currency and the day), and commits before the call goes on to its effect. So a call that races
-another for the same customer or agent waits only for that short step, never for the other's
-effect, and sees every reservation committed before it; calls of unrelated customers and agents
-never wait for each other. On SQLite a call that writes holds the database's write lock from its
-first statement, so its reservation is made in its own transaction.
+On PostgreSQL a reservation is part of its call's transaction: the call takes the customer's
+advisory lock (with the currency) and reads the customer's sum in one round trip, and the lock
+lasts until the call commits, so a call that races another for the same customer waits for the
+other's end and then sees its money; calls of other customers never wait for it. The movement row
+itself is written with the call's last statement (dispatch/store/backends.py), so a reservation
+costs no round trip of its own, and a call that moves nothing in the end writes none.
+
+Where a policy caps the agent's day, every refund of the agent would wait for the others' effects
+under that lock: such a reservation is made on a connection of its own instead, in a short
+transaction that holds the customer's lock and then the agent's day's and commits before the call
+goes on to its effect, so the agent's calls wait on each other only for that step.
+
+On SQLite a call that writes holds the database's write lock from its first statement, which
+serialises reservations already: they are read and written in the call's transaction.
+
+Lock order (dispatch/held_money.py): a call takes its key's record (its opening), then the money
+locks, then what its effect writes; a decision never takes a money lock.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 import psycopg
@@ -34,16 +46,16 @@ from dispatch.pipeline.allowance import (
     Movement,
 )
 
-# The reservation's transaction begins with its locks: the customer's (with the currency), then
-# the agent's day where the policy caps the agent's day, which it then reads; without a cap no
-# call waits on the agent's other calls. Its commit need not wait for the disk: the call's own
+# The customer's money lock, until the call's transaction ends.
+_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(customer_lock)s, 0))"
+
+# A reservation of its own (a policy caps the agent's day) begins with the customer's lock, then
+# the agent's day's, which it then reads. Its commit need not wait for the disk: the call's own
 # commit, which follows it on the same server, flushes it, and a crash before that loses the
 # call's effect too.
-_LOCKS = """
+_SIDE_LOCKS = """
     SELECT set_config('synchronous_commit', 'off', true),
-        pg_advisory_xact_lock(hashtextextended(%(customer_lock)s, 0))
-"""
-_LOCKS_WITH_AGENT_DAY = f"""{_LOCKS},
+        pg_advisory_xact_lock(hashtextextended(%(customer_lock)s, 0)),
         pg_advisory_xact_lock(hashtextextended(%(agent_lock)s, 0))
 """
 
@@ -93,7 +105,7 @@ _AGENT_DAY = """
 # A key reserved before and released (its call moved nothing) is reserved again as new. Money
 # moved without a human is reserved under the call's key; held money under its confirmation's
 # execution key, until its expiry.
-_RESERVE = """
+RESERVE = """
     INSERT INTO dispatch_movement AS movement (key, agent_id, session_id, customer_id, currency,
         tool, subject, amount_cents, approval, at, day, released_at, expires_at, confirmation_id)
     VALUES (%(reserved_key)s, %(agent_id)s, %(session_id)s, %(customer_id)s, %(currency)s,
@@ -116,12 +128,12 @@ _RELEASE = """
 #
 #   INSERT           a reservation, as moved without a human ('policy') under the call's key, or
 #                    as held ('held', until its confirmation's expiry) under the confirmation's
-#                    execution key (_RESERVE); 'reviewer' by dispatch.held_money_executed when
+#                    execution key (RESERVE); 'reviewer' by dispatch.held_money_executed when
 #                    the held row is missing.
 #   UPDATE, release  released_at set on a live row, nothing else (_RELEASE; held_money_released):
 #                    the call moved nothing, or the held call was rejected, expired, invalidated
 #                    or failed. Money moved with a reviewer ('reviewer') is never released.
-#   UPDATE, again    a released row reserved anew under its key (_RESERVE's ON CONFLICT); a live
+#   UPDATE, again    a released row reserved anew under its key (RESERVE's ON CONFLICT); a live
 #                    row reserved again by the same call: same approval and amount, not earlier.
 #   UPDATE, decided  held → approved, no expiry (held_money_approved); approved → reviewer, at the
 #                    execution's end (held_money_executed).
@@ -190,44 +202,56 @@ $$ LANGUAGE plpgsql;
 
 Judge = Callable[[AllowanceHistory], HoldReason | None]
 
+# What a call reserves: the movement row's parameters, written with the call's end (RESERVE).
+Reservation = dict[str, Any]
+
 
 def allowance_reserve(
     request: AllowanceRequest, judge: Judge, *, cursor: CursorWrapper
-) -> tuple[AllowanceHistory, HoldReason | None]:
-    """See StatePort.reserve_allowance; `cursor` is the call's own (used on SQLite)."""
+) -> tuple[AllowanceHistory, HoldReason | None, Reservation | None]:
+    """Lock, read and judge the request's history; what to reserve comes back for the call's end
+    to write on `cursor`, the call's own (None: nothing to reserve, or reserved already on a
+    connection of its own)."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("money is reserved only inside its call's transaction")
     params = _params(request)
     if connection.vendor != "postgresql":
-        history = _history(
-            [_fetch(cursor, statement, params) for statement in _reads(request)], request
-        )
-        hold = judge(history)
-        reservation = _reservation(request, hold)
-        if reservation is not None:
-            cursor.execute(_RESERVE, _only(params | reservation, _RESERVE))
-        return history, hold
-    try:
-        return _reserve(request, judge, params)
-    except _StaleConnection:
-        # A connection the server closed while it waited in the pool (a restart, a terminated
-        # backend) fails at its first statement, before anything of the reservation was written:
-        # it was closed, and the reservation is made once more on a new one.
-        return _reserve(request, judge, params)
+        results = [_fetch(cursor, statement, params) for statement in _reads(request)]
+    elif request.agent_day_needed:
+        try:
+            return (*_reserve_on_its_own(request, judge, params), None)
+        except _StaleConnection:
+            # A connection the server closed while it waited in the pool (a restart, a
+            # terminated backend) fails at its first statement, before anything of the
+            # reservation was written: it was closed, and the reservation is made on a new one.
+            return (*_reserve_on_its_own(request, judge, params), None)
+    else:
+        # One round trip: the lock, then the reads, each a statement of its own, so that each
+        # read starts once the lock is held and sees every reservation committed before.
+        raw = cursor.cursor.connection
+        with raw.pipeline():
+            raw.execute(_LOCK, params)
+            reads = [raw.execute(statement, params) for statement in _reads(request)]
+        results = [read.fetchall() for read in reads]
+    history = _history(results, request)
+    hold = judge(history)
+    reservation = _reservation(request, hold)
+    return history, hold, None if reservation is None else _only(params | reservation, RESERVE)
 
 
 class _StaleConnection(psycopg.OperationalError):
     """The reservations' connection was found closed by the server at its first statement."""
 
 
-def _reserve(
+def _reserve_on_its_own(
     request: AllowanceRequest, judge: Judge, params: dict[str, Any]
 ) -> tuple[AllowanceHistory, HoldReason | None]:
     with _reservation_connection() as side:
-        # Two round trips: the locks and the reads in one pipeline (each read starts once the
-        # locks are held, so it sees every reservation committed before), then the reservation
-        # and the commit in another.
+        # Two round trips: the locks and the reads in one pipeline, then the reservation and the
+        # commit in another.
         try:
             with side.pipeline():
-                side.execute(_LOCKS_WITH_AGENT_DAY if request.agent_day_needed else _LOCKS, params)
+                side.execute(_SIDE_LOCKS, params)
                 cursors = [side.execute(statement, params) for statement in _reads(request)]
         except psycopg.OperationalError as error:
             if side.broken:
@@ -238,7 +262,7 @@ def _reserve(
         reservation = _reservation(request, hold)
         with side.pipeline():
             if reservation is not None:
-                side.execute(_RESERVE, params | reservation)
+                side.execute(RESERVE, params | reservation)
             side.commit()
         return history, hold
 
@@ -252,6 +276,8 @@ def allowance_read(request: AllowanceRequest, *, cursor: CursorWrapper) -> Allow
 
 
 def allowance_release(key: str, *, cursor: CursorWrapper) -> None:
+    """Release a reservation already written: on SQLite in the call's transaction; on PostgreSQL
+    one made on a connection of its own, released on one too."""
     params = {"key": key, "now": _db_time(datetime.now(UTC))}
     if connection.vendor != "postgresql":
         cursor.execute(_RELEASE, params)
@@ -259,6 +285,13 @@ def allowance_release(key: str, *, cursor: CursorWrapper) -> None:
     with _reservation_connection() as side, side.pipeline():
         side.execute(_RELEASE, params)
         side.commit()
+
+
+@cache
+def reserve_sql(prefix: str) -> str:
+    """RESERVE with its placeholders prefixed, to join another statement's without meeting
+    them."""
+    return re.sub(r"%\((\w+)\)s", rf"%({prefix}\1)s", RESERVE)
 
 
 def _reservation(request: AllowanceRequest, hold: HoldReason | None) -> dict[str, Any] | None:

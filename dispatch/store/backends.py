@@ -1,9 +1,9 @@
 """The one place where the store differs between PostgreSQL and SQLite.
 
 PostgreSQL joins a call's opening (step, claim and lookup) into one statement and its end (key
-settled, audit record appended) into another, and lets a read run with no transaction around it.
-SQLite runs the same statements one by one, and keeps every call in one transaction: there each
-commit of its own would be a sync of the database file.
+settled, money reserved, audit record appended) into another, and lets a read run with no
+transaction around it. SQLite runs the same statements one by one, and keeps every call in one
+transaction: there each commit of its own would be a sync of the database file.
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from contextlib import AbstractContextManager, nullcontext
 from functools import cache
 from typing import Any, Protocol
 
+import psycopg
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
 from dispatch.pipeline.tools import LookupSource
 from dispatch.store import sql
+from dispatch.store.allowance import RESERVE, reserve_sql
 
 Row = dict[str, Any]
 
@@ -55,11 +57,19 @@ class Backend(Protocol):
         ...
 
     def end_call(
-        self, cursor: CursorWrapper, settle: Mapping[str, Any] | None, audit: Mapping[str, Any]
+        self,
+        cursor: CursorWrapper,
+        settle: Mapping[str, Any] | None,
+        audit: Mapping[str, Any],
+        reserve: Mapping[str, Any] | None = None,
+        *,
+        commit: bool = False,
     ) -> bool:
-        """Settle the key (if any) and append the audit record, in the call's last request.
-        False: its place in the session's chain was taken, and no record was appended
-        (sql.AUDIT)."""
+        """Settle the key and write the call's reservation of money (each if any) and append
+        the audit record, in the call's last request. False: its place in the session's chain
+        was taken, and no record was appended (sql.AUDIT); the key and the money were written
+        all the same. `commit`: the statement is the last of the call's transaction, which the
+        store may commit with it (a backend that does not leaves the commit to the scope)."""
         ...
 
 
@@ -100,18 +110,77 @@ class PostgreSQL:
         return row
 
     def end_call(
-        self, cursor: CursorWrapper, settle: Mapping[str, Any] | None, audit: Mapping[str, Any]
+        self,
+        cursor: CursorWrapper,
+        settle: Mapping[str, Any] | None,
+        audit: Mapping[str, Any],
+        reserve: Mapping[str, Any] | None = None,
+        *,
+        commit: bool = False,
     ) -> bool:
-        if settle is None:
-            cursor.execute(sql.AUDIT, audit)
-        else:
-            cursor.execute(sql.END_WITH_SETTLE_POSTGRESQL, {**settle, **audit})
+        params = {**audit, **(settle or {})}
+        if reserve is not None:
+            params |= {f"{_RESERVED}{name}": value for name, value in reserve.items()}
+        settles, reserves = settle is not None, reserve is not None
+        if commit:
+            return _end_and_commit(cursor, _end_sql(settles, reserves, sql.AUDIT_OR_FAIL), params)
+        cursor.execute(_end_sql(settles, reserves, sql.AUDIT), params)
         return bool(cursor.rowcount == 1)
 
 
 def _commits_on_its_own() -> bool:
     # Only such a statement may commit asynchronously (sql.OPEN_POSTGRESQL says why).
     return connection.get_autocommit() and not connection.in_atomic_block
+
+
+# The reservation's placeholders in the call's last statement, apart from the audit record's.
+_RESERVED = "reserved_"
+
+
+_SAVEPOINT = "toolgate_call_end"
+
+
+def _end_and_commit(cursor: CursorWrapper, statement: str, params: Mapping[str, Any]) -> bool:
+    """The call's last statement and its commit, in one round trip. The statement runs under a
+    savepoint and fails if its record's place was taken; the transaction then goes back to the
+    savepoint, open, and the call links its record again (False) and commits as usual."""
+    raw = cursor.cursor.connection
+    with connection.wrap_database_errors:
+        try:
+            with raw.pipeline():
+                raw.execute(f"SAVEPOINT {_SAVEPOINT}")
+                raw.execute(statement, params)
+                raw.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+                raw.commit()
+        except psycopg.errors.UniqueViolation as error:
+            if error.diag.constraint_name != sql.CHAIN_PLACE:
+                raise
+            raw.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+            return False
+    return True
+
+
+def ends_transaction() -> bool:
+    """Whether the transaction the caller is in is its connection's own, outermost one: the one
+    its last statement may commit (not a savepoint in a test's or a request's transaction)."""
+    return (
+        connection.in_atomic_block
+        and len(connection.atomic_blocks) == 1
+        and connection.commit_on_exit
+        and not connection.needs_rollback
+    )
+
+
+@cache
+def _end_sql(settles: bool, reserves: bool, audit: str) -> str:
+    # A call ends in one statement: its key settled and its money reserved (each if it has one)
+    # with its audit record appended; both are written even where the record's place in the
+    # chain was taken (sql.AUDIT) and the record is linked again. What managers count of the call
+    # is counted later from that record (analytics/fills.py), not here.
+    parts = [f"settled AS ({sql.SETTLE})"] if settles else []
+    if reserves:
+        parts.append(f"reserved AS ({reserve_sql(_RESERVED)})")
+    return f"WITH {', '.join(parts)} {audit}" if parts else audit
 
 
 @cache
@@ -156,10 +225,19 @@ class SQLite:
         return {**step, **(claimed or {})}
 
     def end_call(
-        self, cursor: CursorWrapper, settle: Mapping[str, Any] | None, audit: Mapping[str, Any]
+        self,
+        cursor: CursorWrapper,
+        settle: Mapping[str, Any] | None,
+        audit: Mapping[str, Any],
+        reserve: Mapping[str, Any] | None = None,
+        *,
+        commit: bool = False,
     ) -> bool:
+        # The scope commits: on SQLite a commit is no round trip.
         if settle is not None:
             cursor.execute(sql.SETTLE, settle)
+        if reserve is not None:
+            cursor.execute(RESERVE, reserve)
         cursor.execute(sql.AUDIT, audit)
         return bool(cursor.rowcount == 1)
 

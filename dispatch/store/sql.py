@@ -76,6 +76,11 @@ _LINK_TAKEN = "ON CONFLICT (agent_id, session_id, chain_seq) DO NOTHING"
 
 AUDIT = f"{_AUDIT_INTO} VALUES ({_AUDIT_VALUES}) {_LINK_TAKEN}"
 
+# The same record where its place taken must fail the statement (a unique violation of the
+# chain's constraint, CHAIN_PLACE): a write's last statement, sent with its commit.
+AUDIT_OR_FAIL = f"{_AUDIT_INTO} VALUES ({_AUDIT_VALUES})"
+CHAIN_PLACE = "audit_chain_place"
+
 # The columns AUDIT writes: a test holds them to the model's, so that a new field fails loudly.
 AUDIT_COLUMNS = (
     "call_id",
@@ -156,11 +161,3 @@ STEP_POSTGRESQL = f"""
 
 # A call with no lookup reads nothing in its opening.
 NO_LOOKUP = "SELECT 1 AS nothing WHERE false"
-
-# PostgreSQL: a call ends in one statement, the key (if any) settled and the audit record
-# appended together; no row is appended if its place in the chain was taken (AUDIT). What
-# managers count of the call is counted later from that record (analytics/fills.py), not here.
-END_WITH_SETTLE_POSTGRESQL = f"""
-    WITH settled AS ({SETTLE})
-    {AUDIT}
-"""

@@ -38,14 +38,15 @@ from dispatch.pipeline.state import (
 )
 from dispatch.pipeline.tools import LookupSource, ToolRegistry
 from dispatch.store import sql
-from dispatch.store.allowance import allowance_release, allowance_reserve
+from dispatch.store.allowance import Reservation, allowance_release, allowance_reserve
 from dispatch.store.backends import CLAIM_PARAMS, Row, backend, fetch_row, only
 
 _JSON_FIELD = IdempotencyRecord._meta.get_field("result")
 # Each failed try means another call of the session recorded in between: a few is plenty.
 _LINK_TRIES = 50
 
-# The database away: through Django, or on the allowance's own connection; and a transaction that
+# The database away: through Django, or on statements sent on the driver's connection itself
+# (the allowance's, a write's last); and a transaction that
 # an earlier such error broke, which can no longer record the call.
 _AWAY = (
     OperationalError,
@@ -75,15 +76,25 @@ def _raises_store_unavailable(method: Callable[_P, _R]) -> Callable[_P, _R]:
 
 class OrmState:
     def __init__(
-        self, cursor: CursorWrapper, registry: ToolRegistry, *, channel: str = CallChannel.API
+        self,
+        cursor: CursorWrapper,
+        registry: ToolRegistry,
+        *,
+        channel: str = CallChannel.API,
+        commits: bool = False,
     ) -> None:
         self.cursor = cursor
         self.registry = registry
+        # The audit record is the last statement of the call's own transaction, which the store
+        # may commit with it (dispatch.services.call_dispatch says when).
+        self.commits = commits
         # How the call came in (the API or MCP): what its audit record says.
         self.channel = channel
         self.backend = backend()
         # The session's audit head as the call's opening read it: what its record links to.
         self._head: tuple[int, str] | None = None
+        # The money the call reserved, written with its audit record (dispatch/store/allowance.py).
+        self._reserved: Reservation | None = None
 
     @_raises_store_unavailable
     def open_call(
@@ -267,6 +278,8 @@ class OrmState:
             "channel": self.channel,
         }
         settle = None if settlement is None else _settle_params(settlement)
+        reserve, self._reserved = self._reserved, None
+        commit = self.commits
         chain = audit_chain(audit["agent_id"], audit["session_id"])
         fields = {**audit, "at": entry.at, "arguments": entry.arguments}
         head = self._head
@@ -279,9 +292,15 @@ class OrmState:
                 "chain_seq": seq,
                 "chain_hash": link_hash(chain=chain, seq=seq, previous=previous, fields=fields),
             }
-            if self.backend.end_call(self.cursor, settle, linked):
+            if self.backend.end_call(self.cursor, settle, linked, reserve, commit=commit):
                 self._head = (seq, linked["chain_hash"])
                 return
+            if not commit:
+                # The key and the money were written all the same: only the record is linked
+                # again. (A statement sent with its commit was undone whole.)
+                settle = reserve = None
+            # Linked again, it commits with the scope.
+            commit = False
             head = None
         raise RuntimeError(f"the audit chain of session {entry.session_id} would not settle")
 
@@ -296,10 +315,16 @@ class OrmState:
     def reserve_allowance(
         self, request: AllowanceRequest, judge: Callable[[AllowanceHistory], HoldReason | None]
     ) -> tuple[AllowanceHistory, HoldReason | None]:
-        return allowance_reserve(request, judge, cursor=self.cursor)
+        history, hold, self._reserved = allowance_reserve(request, judge, cursor=self.cursor)
+        return history, hold
 
     @_raises_store_unavailable
     def release_allowance(self, key: str) -> None:
+        reserved = self._reserved
+        if reserved is not None and reserved["reserved_key"] == key:
+            # Not written yet: it never will be.
+            self._reserved = None
+            return
         allowance_release(key, cursor=self.cursor)
 
     def _source(self, lookup: Lookup | None) -> LookupSource | None:

@@ -21,7 +21,7 @@ from pytest_django import Settings
 
 from dispatch import tasks
 from dispatch.audit import audit_seal
-from dispatch.models import Agent, AuditRecord, AuditSeal
+from dispatch.models import Agent, AuditRecord, AuditSeal, IdempotencyRecord, Movement
 from dispatch.pipeline.audit_chain import AUDIT_FIELDS, GENESIS, audit_chain, covered, link_hash
 from dispatch.services import call_dispatch
 from orders.models import Order
@@ -416,6 +416,62 @@ def test_a_call_never_waits_on_another_sessions_chain(
     assert s_a_while_held == 1
     assert [record.chain_seq for record in chain(agent, "s-B")] == [1, 2]
     assert [record.chain_seq for record in chain(agent, "s-A")] == [1, 2]
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_write_whose_place_a_read_took_links_after_it_and_commits_once(
+    make_agent: MakeAgent, orders: dict[str, Order]
+) -> None:
+    # A write's last statement is sent with its commit (dispatch/store/backends.py); a read of
+    # its session that opened before it and records after its opening takes its place, and the
+    # write goes back to its savepoint, links after the read and commits its key and money too.
+    agent, _ = make_agent()
+    read(agent)
+    read_opened, write_opened = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def late_read() -> None:
+        def record_after_the_write_opened(execute: Any, sql: str, *args: Any) -> Any:
+            if "INSERT INTO dispatch_auditrecord" in sql:
+                read_opened.set()
+                write_opened.wait(10)
+            return execute(sql, *args)
+
+        with connection.execute_wrapper(record_after_the_write_opened):
+            read(agent)
+
+    def write() -> None:
+        def opened(execute: Any, sql: str, *args: Any) -> Any:
+            result = execute(sql, *args)
+            if "INSERT INTO dispatch_idempotencyrecord" in sql:
+                write_opened.set()
+            return result
+
+        read_opened.wait(10)
+        with connection.execute_wrapper(opened):
+            refund(agent)
+
+    threads = [_in_thread(late_read, errors), _in_thread(write, errors)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(15)
+
+    assert errors == []
+    records = chain(agent)
+    assert [(record.chain_seq, record.tool) for record in records] == [
+        (1, "get_order"),
+        (2, "get_order"),
+        (3, "refund_order"),
+    ]
+    key = records[2].key
+    assert IdempotencyRecord.objects.get(key=key).status == "completed"
+    assert Movement.objects.filter(key=key, released_at=None).count() == 1
+    orders["ORD-1001"].refresh_from_db()
+    assert orders["ORD-1001"].refunded_cents == 500
+    code, out = verify()
+    assert code == 0, out
 
 
 def test_beat_seals_every_five_minutes_through_its_task(

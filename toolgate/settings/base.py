@@ -332,7 +332,8 @@ for _sink in TOOLGATE_AUDIT_SEAL_SINKS:
 # demonstrated on purpose; production turns it off.
 TOOLGATE_GATEWAY_FAULTS = env.bool("TOOLGATE_GATEWAY_FAULTS", default=True)
 
-# Connections each process keeps for reserving money moved without a human (PostgreSQL only).
+# Connections each process keeps for reserving money where a policy caps an agent's day
+# (PostgreSQL only; other reservations are made in the call's own transaction).
 TOOLGATE_RESERVATION_CONNECTIONS = env.int("TOOLGATE_RESERVATION_CONNECTIONS", default=4)
 
 # Managers' requests (the pages under /analytics/, the API under /api/v1/metrics) that may run at

@@ -19,7 +19,7 @@ from pytest_django.live_server_helper import LiveServer
 
 from dispatch.models import AuditRecord, HostIdempotencyKey, Session
 from orders.services import gateway_faults_set
-from tests.conftest import AgentClient, Ledger, MakeAgent
+from tests.conftest import AgentClient, ClientFor, Ledger, MakeAgent
 from tests.dispatch.apis.test_concurrency import all_at_once
 
 pytestmark = pytest.mark.usefixtures("orders")
@@ -75,10 +75,12 @@ def test_it_finishes_a_refund_whose_outcome_was_unknown_when_resent_from_a_new_s
 
 @on_postgresql
 def test_a_refund_whose_reservation_connections_were_terminated_executes_once(
-    api: AgentClient, ledger: Ledger
+    client_for: ClientFor, make_agent: MakeAgent, ledger: Ledger
 ) -> None:
-    # A refund of another customer opens the connections a refund reserves its money on (one
-    # of the same customer would count in the sum of the refund after it).
+    # Under a daily cap a refund reserves its money on a connection of its own. A refund of
+    # another customer opens those connections (one of the same customer would count in the sum
+    # of the refund after it).
+    api = client_for(make_agent(daily_cap_cents=1_000_000)[1])
     earlier = api.refund(
         2_000, order_id="ORD-1002", currency="USD", customer="CUS-2", session="earlier"
     )
