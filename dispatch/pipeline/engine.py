@@ -71,6 +71,42 @@ _HIGH_RISK = Risk.HIGH
 _NEVER, _ALWAYS, _BY_AMOUNT = HumanRule.NEVER, HumanRule.ALWAYS, HumanRule.BY_AMOUNT
 
 
+def _allowance_request(
+    call: ToolCall,
+    spec: ToolSpec[Any],
+    key: str,
+    money: Money,
+    policy: Policy,
+    now: datetime,
+    confirmation_id: str,
+    expires_at: datetime,
+) -> AllowanceRequest:
+    return AllowanceRequest(
+        key=key,
+        agent_id=call.agent_id,
+        session_id=call.session_id,
+        customer_id=call.customer_id,
+        tool=spec.name,
+        subject=money.subject,
+        currency=money.currency,
+        amount_cents=money.amount_cents,
+        at=now,
+        since=now - timedelta(seconds=policy.auto_approve_window_seconds),
+        agent_day_needed=_day_cap(policy, money.currency) is not None,
+        confirmation_id=confirmation_id,
+        held_until=expires_at,
+    )
+
+
+def _moves(request: AllowanceRequest, money: Money) -> bool:
+    """Whether the request is for exactly this money."""
+    return (request.amount_cents, request.currency, request.subject) == (
+        money.amount_cents,
+        money.currency,
+        money.subject,
+    )
+
+
 def _day_cap(policy: Policy, currency: str) -> int | None:
     limits = policy.limits(currency)
     return None if limits is None else limits.daily_cap_cents
@@ -145,7 +181,11 @@ class _Trace:
 # canonical JSON and its idempotency key.
 _Checked: TypeAlias = tuple[ToolSpec[Any], BaseModel, Mapping[str, Any], str, str]
 # The same, with what the store read ahead when the call opened: what stages 5 to 8 work on.
-_CheckedCall: TypeAlias = tuple[ToolSpec[Any], BaseModel, Mapping[str, Any], str, ReadAhead | None]
+# What stages 5 to 8 start from: the checked call, what the opening read ahead, and the money
+# request made with it (if any).
+_CheckedCall: TypeAlias = tuple[
+    ToolSpec[Any], BaseModel, Mapping[str, Any], str, ReadAhead | None, AllowanceRequest | None
+]
 # The outcome of stages 5 to 8 and the status it leaves the idempotency key in.
 Execution: TypeAlias = tuple[CallResult, KeyStatus]
 
@@ -394,6 +434,7 @@ class Pipeline:
         else:
             spec, arguments, validated, canonical, key = checked
             lookup = spec.lookup
+            allowance = self._allowance_ahead(spec, arguments, call, policy, key)
             request = ClaimRequest(
                 key,
                 spec.name,
@@ -401,6 +442,7 @@ class Pipeline:
                 policy.repeat_limit,
                 prepared.at,
                 None if lookup is None else lookup(arguments, call.customer_id),
+                allowance,
             )
 
         # 0. Step budget: the cheapest check, and it bounds every loop an agent can get into.
@@ -463,7 +505,14 @@ class Pipeline:
                 codes.CALL_IN_PROGRESS,
                 "An identical call is still executing; send it again in a moment for its result.",
             )
-        checked_call: _CheckedCall = (spec, arguments, validated, canonical, opening.read_ahead)
+        checked_call: _CheckedCall = (
+            spec,
+            arguments,
+            validated,
+            canonical,
+            opening.read_ahead,
+            allowance,
+        )
         if claim.verdict is not _OWNED:
             result, _ = self._stages_5_to_8(checked_call, call, call_id, policy, trace, state)
             return result
@@ -486,6 +535,21 @@ class Pipeline:
             # Written with the audit record, in the same request to the store.
             trace.settlement = Settlement(key, status, stored)
         return result
+
+    def _allowance_ahead(
+        self, spec: ToolSpec[Any], arguments: BaseModel, call: ToolCall, policy: Policy, key: str
+    ) -> AllowanceRequest | None:
+        """The money request stage 7 makes, made before the opening where the tool's money is
+        its arguments' (a store may lock and read its history with the opening)."""
+        if not spec.writes or spec.money is not None:
+            return None
+        amount = spec.amount_of(arguments)
+        if amount is None:
+            return None
+        now = self.clock()
+        money = Money(amount, spec.currency_of(arguments), spec.subject_of(arguments))
+        expires_at = now + timedelta(seconds=policy.confirmation_ttl_seconds)
+        return _allowance_request(call, spec, key, money, policy, now, self.new_id(), expires_at)
 
     def _stages_1_to_3(self, call: ToolCall, policy: Policy, call_id: str) -> _Checked | CallResult:
         # 1. Known tool, and on this agent's allowlist.
@@ -529,7 +593,7 @@ class Pipeline:
         trace: _Trace,
         state: StatePort,
     ) -> Execution:
-        spec, arguments, validated, canonical, read_ahead = checked
+        spec, arguments, validated, canonical, read_ahead, ahead = checked
         # 5 and 6. Business rules against the live state, then the agent's policy limits.
         judged = rules_refusal(spec, arguments, call.customer_id, policy, read_ahead)
         if isinstance(judged, Refusal):
@@ -543,29 +607,23 @@ class Pipeline:
         reserved = False
         rule = policy.human_rule(spec.name, high_risk=spec.risk is _HIGH_RISK)
         if money is not None or rule is not _NEVER:
-            now = self.clock()
-            # The id it is held under, if it is: its money is reserved as held with the judgement.
-            confirmation_id = self.new_id()
+            if ahead is not None and money is not None and _moves(ahead, money):
+                # Made with the opening, which a store may have read its history with.
+                now, confirmation_id = ahead.at, ahead.confirmation_id
+            else:
+                ahead = None
+                now = self.clock()
+                # The id it is held under, if it is: its money is reserved as held with the
+                # judgement.
+                confirmation_id = self.new_id()
             expires_at = now + timedelta(seconds=policy.confirmation_ttl_seconds)
             duplicate_of = ""
             if money is None:
                 hold: HoldReason | None = moneyless_hold(spec.name, always=rule is _ALWAYS)
                 total = None
             else:
-                request = AllowanceRequest(
-                    key=key,
-                    agent_id=call.agent_id,
-                    session_id=call.session_id,
-                    customer_id=call.customer_id,
-                    tool=spec.name,
-                    subject=money.subject,
-                    currency=money.currency,
-                    amount_cents=money.amount_cents,
-                    at=now,
-                    since=now - timedelta(seconds=policy.auto_approve_window_seconds),
-                    agent_day_needed=_day_cap(policy, money.currency) is not None,
-                    confirmation_id=confirmation_id,
-                    held_until=expires_at,
+                request = ahead or _allowance_request(
+                    call, spec, key, money, policy, now, confirmation_id, expires_at
                 )
                 judge = (
                     partial(allowance_judge, policy, request)

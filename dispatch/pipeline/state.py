@@ -149,6 +149,9 @@ class ClaimRequest(NamedTuple):
     now: datetime
     # The record the call reads first, if its tool declares one.
     lookup: Lookup | None = None
+    # The money the call would reserve, where its tool's money is its arguments': a store may
+    # lock and read its history with the opening (see StatePort.open_call).
+    allowance: AllowanceRequest | None = None
 
 
 class Opening(NamedTuple):
@@ -206,7 +209,9 @@ class StatePort(Protocol):
 
         Within the budget, a store may also read the claim's lookup in the same request and return
         it as Opening.read_ahead, which the pipeline hands to the tool; ignoring it is always
-        correct."""
+        correct. So may it lock and read the history of the claim's allowance request, as
+        reserve_allowance would, and judge that very request (the same object) by it later in the
+        call: nothing else can reserve the customer's money in between."""
         ...
 
     def claim(

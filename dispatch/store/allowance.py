@@ -206,16 +206,34 @@ Judge = Callable[[AllowanceHistory], HoldReason | None]
 Reservation = dict[str, Any]
 
 
+def allowance_ahead(request: AllowanceRequest) -> list[tuple[str, dict[str, Any]]]:
+    """The statements that lock and read the request's history in the call's transaction, for
+    the store to send with the call's opening; none where they are not sent so (SQLite, or a
+    reservation of its own under an agent's daily cap). allowance_reserve takes what they read
+    (the lock's row left out)."""
+    if connection.vendor != "postgresql" or request.agent_day_needed:
+        return []
+    params = _params(request)
+    return [(_LOCK, params), *((statement, params) for statement in _reads(request))]
+
+
 def allowance_reserve(
-    request: AllowanceRequest, judge: Judge, *, cursor: CursorWrapper
+    request: AllowanceRequest,
+    judge: Judge,
+    *,
+    cursor: CursorWrapper,
+    read: list[list[Any]] | None = None,
 ) -> tuple[AllowanceHistory, HoldReason | None, Reservation | None]:
-    """Lock, read and judge the request's history; what to reserve comes back for the call's end
-    to write on `cursor`, the call's own (None: nothing to reserve, or reserved already on a
-    connection of its own)."""
+    """Lock, read and judge the request's history (or judge what allowance_ahead's statements
+    `read`, in this transaction); what to reserve comes back for the call's end to write on
+    `cursor`, the call's own (None: nothing to reserve, or reserved already on a connection of
+    its own)."""
     if not connection.in_atomic_block:
         raise RuntimeError("money is reserved only inside its call's transaction")
     params = _params(request)
-    if connection.vendor != "postgresql":
+    if read is not None:
+        results = read
+    elif connection.vendor != "postgresql":
         results = [_fetch(cursor, statement, params) for statement in _reads(request)]
     elif request.agent_day_needed:
         try:

@@ -9,7 +9,7 @@ transaction: there each commit of its own would be a sync of the database file.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from functools import cache
 from typing import Any, Protocol
@@ -23,6 +23,8 @@ from dispatch.store import sql
 from dispatch.store.allowance import RESERVE, reserve_sql
 
 Row = dict[str, Any]
+# A statement with its parameters.
+Statement = tuple[str, Mapping[str, Any]]
 
 
 def fetch_row(cursor: CursorWrapper) -> Row | None:
@@ -47,12 +49,15 @@ class Backend(Protocol):
         cursor: CursorWrapper,
         params: Mapping[str, Any],
         lookup: tuple[LookupSource, Mapping[str, Any]] | None,
-    ) -> Row | None:
-        """Count the step and, within the budget, claim the key and read the lookup.
+        then: Sequence[Statement] = (),
+    ) -> tuple[Row | None, list[list[Any]]]:
+        """Count the step and, within the budget, claim the key and read the lookup; then run
+        the statements `then` in the same request, each after the one before it.
 
         The row has `steps`, the claim's `key_*` columns (None over the budget), and, if the
         lookup was read, `lookup_found` (None for no record) and the record's columns. None: the
-        session is another customer's.
+        session is another customer's. Then the rows of each statement of `then` (none for a
+        backend that cannot send them with the opening: the caller runs them itself).
         """
         ...
 
@@ -93,21 +98,31 @@ class PostgreSQL:
         cursor: CursorWrapper,
         params: Mapping[str, Any],
         lookup: tuple[LookupSource, Mapping[str, Any]] | None,
-    ) -> Row | None:
+        then: Sequence[Statement] = (),
+    ) -> tuple[Row | None, list[list[Any]]]:
         source_sql, lookup_params = sql.NO_LOOKUP, {}
         if lookup is not None:
             source, key = lookup
             source_sql = _lookup_sql(source.sql)
             lookup_params = {f"lookup_{name}": value for name, value in key.items()}
-        cursor.execute(
-            _open_sql(source_sql),
-            {**params, **lookup_params, "commit_async": _commits_on_its_own()},
-        )
+        opening = _open_sql(source_sql)
+        params = {**params, **lookup_params, "commit_async": _commits_on_its_own()}
+        if then:
+            # One round trip: each statement starts once the one before it ended (a lock the
+            # opening's followers take is held when the next one reads).
+            raw = cursor.cursor.connection
+            with connection.wrap_database_errors, raw.pipeline():
+                cursor.execute(opening, params)
+                followers = [raw.execute(statement, values) for statement, values in then]
+            results = [follower.fetchall() for follower in followers]
+        else:
+            cursor.execute(opening, params)
+            results = []
         row = fetch_row(cursor)
         if row is not None and lookup is None:
             row.pop("lookup_found")
             row.pop("nothing")
-        return row
+        return row, results
 
     def end_call(
         self,
@@ -213,16 +228,17 @@ class SQLite:
         cursor: CursorWrapper,
         params: Mapping[str, Any],
         lookup: tuple[LookupSource, Mapping[str, Any]] | None,
-    ) -> Row | None:
-        # Nothing is read ahead: the tool reads its record itself.
+        then: Sequence[Statement] = (),
+    ) -> tuple[Row | None, list[list[Any]]]:
+        # Nothing is read ahead: the tool reads its record itself, and the caller runs `then`.
         step = self.count_step(cursor, params)
         if step is None:
-            return None
+            return None, []
         if step["steps"] > params["step_budget"]:
-            return step
+            return step, []
         cursor.execute(sql.CLAIM, only(params, *CLAIM_PARAMS))
         claimed = fetch_row(cursor)
-        return {**step, **(claimed or {})}
+        return {**step, **(claimed or {})}, []
 
     def end_call(
         self,

@@ -38,7 +38,12 @@ from dispatch.pipeline.state import (
 )
 from dispatch.pipeline.tools import LookupSource, ToolRegistry
 from dispatch.store import sql
-from dispatch.store.allowance import Reservation, allowance_release, allowance_reserve
+from dispatch.store.allowance import (
+    Reservation,
+    allowance_ahead,
+    allowance_release,
+    allowance_reserve,
+)
 from dispatch.store.backends import CLAIM_PARAMS, Row, backend, fetch_row, only
 
 _JSON_FIELD = IdempotencyRecord._meta.get_field("result")
@@ -95,6 +100,8 @@ class OrmState:
         self._head: tuple[int, str] | None = None
         # The money the call reserved, written with its audit record (dispatch/store/allowance.py).
         self._reserved: Reservation | None = None
+        # The allowance request the opening locked and read the history of, and what it read.
+        self._history_read: tuple[AllowanceRequest | None, list[list[Any]]] | None = None
 
     @_raises_store_unavailable
     def open_call(
@@ -131,11 +138,16 @@ class OrmState:
             "step_budget": step_budget,
         }
         source = self._source(claim.lookup)
-        row = self.backend.open_call(
+        # The money the call would reserve: its lock and history, read with the opening.
+        ahead = [] if claim.allowance is None else allowance_ahead(claim.allowance)
+        row, read = self.backend.open_call(
             self.cursor,
             params,
             None if source is None or claim.lookup is None else (source, claim.lookup.key),
+            ahead,
         )
+        if ahead and read:
+            self._history_read = (claim.allowance, read[1:])
         if row is None:
             raise SessionConflict(session_id)
         self._head = _head_of(row)
@@ -315,7 +327,11 @@ class OrmState:
     def reserve_allowance(
         self, request: AllowanceRequest, judge: Callable[[AllowanceHistory], HoldReason | None]
     ) -> tuple[AllowanceHistory, HoldReason | None]:
-        history, hold, self._reserved = allowance_reserve(request, judge, cursor=self.cursor)
+        ahead = self._history_read
+        read = ahead[1] if ahead is not None and ahead[0] is request else None
+        history, hold, self._reserved = allowance_reserve(
+            request, judge, cursor=self.cursor, read=read
+        )
         return history, hold
 
     @_raises_store_unavailable

@@ -1,19 +1,21 @@
 """On PostgreSQL a call's opening also reads the record its tool declares as its lookup.
 
 The store returns it in the opening (Opening.read_ahead), and the pipeline hands it to the tool's
-first read through its context. Over the budget nothing is read.
+first read through its context. Over the budget nothing is read. A call that would reserve money
+takes its customer's money lock and reads the sum it is judged by in the same round trip.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
-from dispatch.models import Agent
+from dispatch.models import Agent, Movement
+from dispatch.pipeline.allowance import AllowanceRequest
 from dispatch.pipeline.state import ClaimRequest, Opening, ReadAhead
 from dispatch.registry import tool_registry
 from dispatch.services import call_dispatch
@@ -143,3 +145,68 @@ def test_a_refunds_check_uses_the_order_read_ahead_and_its_answer_is_right(
     assert not any(query["sql"].lstrip().startswith("SELECT order_id") for query in queries)
     orders["ORD-1001"].refresh_from_db()
     assert orders["ORD-1001"].refunded_cents == 11_500
+
+
+def test_a_refunds_opening_takes_its_customers_money_lock_and_reads_the_sum_it_is_judged_by(
+    make_agent: MakeAgent,
+) -> None:
+    agent, _ = make_agent()
+    now = datetime.now(UTC)
+    request = AllowanceRequest(
+        key="k" * 64,
+        agent_id=str(agent.pk),
+        session_id="s-9",
+        customer_id="CUS-9",
+        tool="refund_order",
+        subject="ORD-9",
+        currency="BRL",
+        amount_cents=700,
+        at=now,
+        since=now - timedelta(hours=1),
+        agent_day_needed=False,
+        confirmation_id="c" * 32,
+        held_until=now + timedelta(hours=1),
+    )
+    claim = ClaimRequest("k" * 64, "refund_order", True, 3, now, None, request)
+    other = connections[DEFAULT_DB_ALIAS].copy()
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            state = OrmState(cursor, tool_registry)
+            state.open_call(
+                agent_id=str(agent.pk),
+                session_id="s-9",
+                customer_id="CUS-9",
+                step_budget=20,
+                claim=claim,
+            )
+            with other.cursor() as elsewhere:
+                elsewhere.execute(
+                    "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))",
+                    ["toolgate.customer:CUS-9:BRL"],
+                )
+                (lock_was_free,) = elsewhere.fetchone()
+            # Money written after the opening: the request the opening read for is judged by
+            # what it read then (nothing else can reserve under the lock); another reads anew.
+            Movement.objects.create(
+                key="m" * 64,
+                agent_id=agent.pk,
+                session_id="s-8",
+                customer_id="CUS-9",
+                currency="BRL",
+                tool="refund_order",
+                subject="ORD-8",
+                amount_cents=300,
+                approval="policy",
+                at=now,
+                day=now.date(),
+            )
+            judged, _ = state.reserve_allowance(request, lambda history: None)
+            read_anew, _ = OrmState(cursor, tool_registry).reserve_allowance(
+                request._replace(key="n" * 64), lambda history: None
+            )
+    finally:
+        other.close()
+
+    assert not lock_was_free
+    assert judged.customer_window_cents == 0
+    assert read_anew.customer_window_cents == 300
