@@ -51,8 +51,8 @@ _JSON_FIELD = IdempotencyRecord._meta.get_field("result")
 _LINK_TRIES = 50
 
 # The database away: through Django, or on statements sent on the driver's connection itself
-# (the allowance's, a write's last); and a transaction that
-# an earlier such error broke, which can no longer record the call.
+# (the allowance's, a write's last); and a transaction that an earlier such error broke, which
+# can no longer record the call.
 _AWAY = (
     OperationalError,
     InterfaceError,

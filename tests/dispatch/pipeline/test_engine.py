@@ -419,6 +419,38 @@ def test_a_policy_with_no_auto_approval_holds_every_refund(harness: Harness) -> 
     assert harness.ledger_rows == 0
 
 
+def test_a_refunds_money_request_is_made_with_its_opening_and_judged_as_made(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A store may lock and read the request's history with the opening (dispatch/store): the
+    # request it is later asked to reserve must be that very one.
+    opened: list[Any] = []
+    reserved: list[Any] = []
+    open_call, reserve = harness.state.open_call, harness.state.reserve_allowance
+
+    def opening(**kwargs: Any) -> Any:
+        opened.append(kwargs["claim"].allowance)
+        return open_call(**kwargs)
+
+    def reserving(request: Any, judge: Any) -> Any:
+        reserved.append(request)
+        return reserve(request, judge)
+
+    monkeypatch.setattr(harness.state, "open_call", opening)
+    monkeypatch.setattr(harness.state, "reserve_allowance", reserving)
+
+    assert harness.call("get_order", '{"order_id": "ORD-1001"}').ok
+    assert harness.refund(1000).ok
+
+    assert opened[0] is None
+    assert len(reserved) == 1 and opened[1] is reserved[0]
+    assert (reserved[0].amount_cents, reserved[0].currency, reserved[0].subject) == (
+        1000,
+        "BRL",
+        "ORD-1001",
+    )
+
+
 # Stage 8 -------------------------------------------------------------------------------------
 
 
