@@ -248,9 +248,10 @@ def allowance_reserve(
         # read starts once the lock is held and sees every reservation committed before.
         raw = cursor.cursor.connection
         with raw.pipeline():
-            raw.execute(_LOCK, params)
-            reads = [raw.execute(statement, params) for statement in _reads(request)]
-        results = [read.fetchall() for read in reads]
+            sent = [
+                raw.execute(statement, values) for statement, values in allowance_ahead(request)
+            ]
+        results = [read.fetchall() for read in sent[1:]]
     history = _history(results, request)
     hold = judge(history)
     reservation = _reservation(request, hold)
