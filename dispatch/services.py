@@ -120,6 +120,9 @@ def agent_token_set(*, agent: Agent, token: str) -> None:
     agent.save(update_fields=["token_prefix", "token_hash", "is_active"])
 
 
+_CURRENT_POLICY = Agent._meta.get_field("current_policy")
+
+
 def agent_authenticate(token: str) -> Agent | None:
     """The active agent that holds the token, with its current policy; None for no such agent.
 
@@ -146,9 +149,6 @@ def agent_authenticate(token: str) -> Agent | None:
     return agent
 
 
-_CURRENT_POLICY = Agent._meta.get_field("current_policy")
-
-
 class _TokenLookup(NamedTuple):
     sql: str
     agent_fields: list[str]
@@ -163,12 +163,13 @@ def _agent_by_token(alias: str, vendor: str) -> _TokenLookup:
     database = connections[alias]
     agent, policy = Agent._meta, Policy._meta
 
+    quote = database.ops.quote_name
+
     def column(table: str, field: Any) -> str:
-        return f"{table}.{database.ops.quote_name(field.column)}"
+        return f"{table}.{quote(field.column)}"
 
     columns = [(field, "a") for field in agent.concrete_fields]
     columns += [(field, "p") for field in policy.concrete_fields]
-    quote = database.ops.quote_name
     sql = (
         f"SELECT {', '.join(column(table, field) for field, table in columns)}"
         f" FROM {quote(agent.db_table)} a LEFT JOIN {quote(policy.db_table)} p"
