@@ -128,7 +128,7 @@ def agent_authenticate(token: str) -> Agent | None:
 
     What `Agent.objects.select_related("current_policy").filter(token_hash=..., is_active=True)`
     reads, in one statement built once per database: every API request authenticates, and
-    compiling that query cost about four times the CPU of sending it (docs/benchmarks.md).
+    compiling that query on each one cost the web process more CPU than sending it.
     """
     lookup = _agent_by_token(connection.alias, connection.vendor)
     with connection.cursor() as cursor:

@@ -36,8 +36,8 @@ def fetch_row(cursor: CursorWrapper) -> Row | None:
 
 
 def _column_names(cursor: Any) -> list[str]:
-    # psycopg's `description` makes an object a column each time it is read: 36 us for a row of
-    # 30 columns here, where the result's names take 4.
+    # psycopg's `description` makes an object a column each time it is read; the result's names
+    # are a call apiece.
     result = getattr(cursor, "pgresult", None)
     if result is None:  # sqlite3's cursor
         return [column[0] for column in cursor.description]
