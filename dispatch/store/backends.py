@@ -167,14 +167,14 @@ _SAVEPOINT = "toolgate_call_end"
 def _end_and_commit(cursor: CursorWrapper, statement: str, params: Mapping[str, Any]) -> bool:
     """The call's last statement and its commit, in one round trip. The statement runs under a
     savepoint and fails if its record's place was taken; the transaction then goes back to the
-    savepoint, open, and the call links its record again (False) and commits as usual."""
+    savepoint, open, and the call links its record again (False) and commits as usual. The commit
+    ends the savepoint with the transaction: no statement releases it first."""
     raw = cursor.cursor.connection
     with connection.wrap_database_errors:
         try:
             with raw.pipeline():
                 raw.execute(f"SAVEPOINT {_SAVEPOINT}")
                 raw.execute(statement, params)
-                raw.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
                 raw.commit()
         except psycopg.errors.UniqueViolation as error:
             if error.diag.constraint_name != sql.CHAIN_PLACE:

@@ -24,6 +24,7 @@ from dispatch.audit import audit_seal
 from dispatch.models import Agent, AuditRecord, AuditSeal, IdempotencyRecord, Movement
 from dispatch.pipeline.audit_chain import AUDIT_FIELDS, GENESIS, audit_chain, covered, link_hash
 from dispatch.services import call_dispatch
+from dispatch.store import backends
 from orders.models import Order
 from tests.conftest import MakeAgent
 
@@ -360,6 +361,57 @@ def test_reads_racing_in_one_session_keep_one_chain(
 
     assert errors == []
     assert [record.chain_seq for record in chain(agent)] == list(range(1, 62))
+    code, out = verify()
+    assert code == 0, out
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_write_whose_place_a_read_took_links_again_and_commits_once(
+    make_agent: MakeAgent, orders: dict[str, Order], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read of the session passes its opening (the head it links to is read) and waits before
+    # its record; a refund of the same session then opens on the same head and, before its last
+    # statement, lets the read append: the refund's record finds its place taken as it commits.
+    agent, _ = make_agent()
+    read(agent)
+    read_opened, refund_ending, read_recorded = (threading.Event() for _ in range(3))
+    ends: list[tuple[bool, bool]] = []
+    original = backends.PostgreSQL.end_call
+
+    def end_call(
+        self: backends.PostgreSQL, *args: Any, commit: bool = False, **kwargs: Any
+    ) -> bool:
+        if commit:
+            refund_ending.set()
+            read_recorded.wait(10)
+        else:
+            read_opened.set()
+            refund_ending.wait(10)
+        linked = original(self, *args, commit=commit, **kwargs)
+        ends.append((commit, linked))
+        if not commit:
+            read_recorded.set()
+        return linked
+
+    monkeypatch.setattr(backends.PostgreSQL, "end_call", end_call)
+    errors: list[BaseException] = []
+    reader = _in_thread(lambda: read(agent), errors)
+    reader.start()
+    read_opened.wait(10)
+    refund(agent, amount_cents=700)
+    reader.join(15)
+
+    assert errors == []
+    # The read appended first; the refund's last statement found its place taken and went back
+    # to its savepoint, then linked again and committed with its scope: one record, one
+    # movement, one ledger row.
+    assert ends == [(False, True), (True, False), (False, True)]
+    records = chain(agent)
+    assert [record.chain_seq for record in records] == [1, 2, 3]
+    assert [record.tool for record in records] == ["get_order", "get_order", "refund_order"]
+    assert Movement.objects.filter(amount_cents=700).count() == 1
+    assert orders["ORD-1001"].refunds.filter(amount_cents=700).count() == 1
     code, out = verify()
     assert code == 0, out
 
