@@ -77,24 +77,34 @@ _COUNTED = f"""
         AND key <> %(key)s AND key <> %(held_key)s
 """
 
-# How much the sum is, in how many movements; of it what is on its way, and what a reviewer moved.
-_WINDOW_SUM = f"""
-    SELECT COALESCE(SUM(amount_cents), 0), COUNT(*),
-        COALESCE(SUM(CASE WHEN approval IN ('held', 'approved') THEN amount_cents END), 0),
-        COALESCE(SUM(CASE WHEN approval = 'reviewer' THEN amount_cents END), 0)
-    FROM ({_COUNTED}) AS counted
+# The customer's sum and its movements, in one statement: on every row how much the sum is, in
+# how many movements, and of it what is on its way and what a reviewer moved; then one of the
+# latest movements, which a hold names (newest first), or of those this call would repeat (oldest
+# first, as they were reserved); neither: the sums alone, the movement's columns null.
+_WINDOW = f"""
+    WITH counted AS ({_COUNTED}),
+    sums AS (
+        SELECT COALESCE(SUM(amount_cents), 0) AS cents, COUNT(*) AS movements,
+            COALESCE(SUM(CASE WHEN approval IN ('held', 'approved') THEN amount_cents END), 0)
+                AS on_its_way,
+            COALESCE(SUM(CASE WHEN approval = 'reviewer' THEN amount_cents END), 0) AS reviewed
+        FROM counted
+    ),
+    shown AS (
+        SELECT * FROM (
+            SELECT {_COLUMNS}, false AS repeat FROM counted
+            ORDER BY at DESC, key DESC LIMIT {SHOWN}
+        ) AS latest
+        UNION ALL
+        SELECT {_COLUMNS}, true AS repeat FROM counted
+        WHERE tool = %(tool)s AND subject = %(subject)s AND amount_cents = %(amount_cents)s
+    )
+    SELECT sums.*, shown.* FROM sums LEFT JOIN shown ON true
+    ORDER BY shown.repeat,
+        CASE WHEN shown.repeat THEN shown.at END, CASE WHEN shown.repeat THEN shown.key END,
+        shown.at DESC, shown.key DESC
 """
-
-# The latest of them, which a hold names, and the movements this call would repeat.
-_WINDOW_ROWS = f"""
-    SELECT * FROM (
-        SELECT {_COLUMNS}, false AS repeat FROM ({_COUNTED}) AS counted
-        ORDER BY at DESC, key DESC LIMIT {SHOWN}
-    ) AS latest
-    UNION ALL
-    SELECT {_COLUMNS}, true AS repeat FROM ({_COUNTED}) AS counted
-    WHERE tool = %(tool)s AND subject = %(subject)s AND amount_cents = %(amount_cents)s
-"""
+_SUMS = 4
 
 _AGENT_DAY = """
     SELECT COALESCE(SUM(amount_cents), 0) FROM dispatch_movement
@@ -334,7 +344,7 @@ def _reservation(request: AllowanceRequest, hold: HoldReason | None) -> dict[str
 
 
 def _reads(request: AllowanceRequest) -> list[str]:
-    return [_WINDOW_SUM, _WINDOW_ROWS, *([_AGENT_DAY] if request.agent_day_needed else [])]
+    return [_WINDOW, *([_AGENT_DAY] if request.agent_day_needed else [])]
 
 
 def _params(request: AllowanceRequest) -> dict[str, Any]:
@@ -367,13 +377,16 @@ def _only(params: dict[str, Any], statement: str) -> dict[str, Any]:
 
 
 def _history(results: list[list[Any]], request: AllowanceRequest) -> AllowanceHistory:
-    (window_cents, window_count, held_cents, reviewed_cents), rows = results[0][0], results[1]
+    window = results[0]
+    window_cents, window_count, held_cents, reviewed_cents = window[0][:_SUMS]
+    # A row's movement and whether the call would repeat it; none on the sums' row alone.
+    rows = [row[_SUMS:] for row in window if row[_SUMS] is not None]
     latest = [_movement(row[:-1]) for row in rows if not row[-1]]
     return AllowanceHistory(
         customer_window_cents=int(window_cents),
         customer_window_count=int(window_count),
         customer_window=tuple(reversed(latest)),
-        agent_day_cents=int(results[2][0][0]) if request.agent_day_needed else 0,
+        agent_day_cents=int(results[1][0][0]) if request.agent_day_needed else 0,
         repeats=tuple(_movement(row[:-1]) for row in rows if row[-1]),
         customer_held_cents=int(held_cents),
         customer_reviewed_cents=int(reviewed_cents),

@@ -76,12 +76,13 @@ def test_an_executed_refund_is_its_opening_with_the_order_its_refund_and_audit(
 
     count = _statements(make_agent, "refund_order", arguments)
 
-    # On SQLite three more: the allowance's two reads and its reservation. On PostgreSQL those are
-    # sent on the reservations' own connection (dispatch/store/allowance.py), not counted here.
+    # On SQLite two more: the allowance's read (its sum and movements in one statement) and its
+    # reservation. On PostgreSQL the read is sent with the opening and the reservation with the
+    # audit record (dispatch/store/allowance.py), on the raw connection, not counted here.
     # The rollup rows (hour and day) and the session's pending rejections, four more statements
     # on SQLite before, are no longer the call's: beat's fills count it from its record. On SQLite
     # the session's audit head is one more (HEAD); PostgreSQL reads it in the opening.
-    assert count == (3 if ONE_STATEMENT else 11)
+    assert count == (3 if ONE_STATEMENT else 10)
     orders["ORD-1001"].refresh_from_db()
     assert orders["ORD-1001"].refunded_cents == 500
 
