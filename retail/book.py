@@ -83,6 +83,11 @@ PAYMENT_NOT_CHANGEABLE = _code(
     "The order's payment cannot be changed: its history is not exactly one payment.",
     False,
 )
+REFUND_EXCEEDS_PAYMENT = _code(
+    "REFUND_EXCEEDS_PAYMENT",
+    "Money goes back only to a method that paid the order, at most what it paid net of what it "
+    "already got back.",
+)
 REFUND_METHOD_NOT_ALLOWED = _code(
     "REFUND_METHOD_NOT_ALLOWED",
     "A return is refunded to the original payment method or to a gift card in the profile.",
@@ -113,6 +118,7 @@ RETAIL_CODES = (
     PAYMENT_METHOD_UNCHANGED,
     PAYMENT_NOT_CHANGEABLE,
     REFUND_METHOD_NOT_ALLOWED,
+    REFUND_EXCEEDS_PAYMENT,
     GIFT_CARD_INSUFFICIENT_BALANCE,
     INVALID_EXPRESSION,
 )
@@ -191,6 +197,17 @@ class OrderView(NamedTuple):
     @property
     def paid_cents(self) -> int:
         return sum(p.amount_cents for p in self.payments if p.transaction_type == "payment")
+
+    def net_paid(self) -> dict[str, int]:
+        """What each method paid the order net of what it got back, in the order the methods
+        first appear in the payment history: what may still go back to each."""
+        net: dict[str, int] = {}
+        for line in self.payments:
+            sign = 1 if line.transaction_type == "payment" else -1
+            net[line.payment_method_id] = (
+                net.get(line.payment_method_id, 0) + sign * line.amount_cents
+            )
+        return net
 
 
 class VariantView(NamedTuple):
@@ -393,6 +410,43 @@ def _gift_card_refusal(method: PaymentMethodView, amount_cents: int) -> Rejectio
     )
 
 
+def _refund_refusal(
+    order: OrderView, payment_method_id: str, amount_cents: int
+) -> Rejection | None:
+    """Money goes back only where it came from: a method gets at most what it paid the order,
+    net of what it already got back, so no sequence of operations pays a method twice."""
+    net = order.net_paid()
+    if amount_cents <= 0 or net.get(payment_method_id, 0) >= amount_cents:
+        return None
+    enough = [pid for pid, cents in net.items() if cents >= amount_cents]
+    instead = f"refund to {' or '.join(enough)}" if enough else "a human agent can help"
+    return Rejection(
+        REFUND_EXCEEDS_PAYMENT,
+        f"payment_method_id: {payment_method_id} paid order {order.order_id} "
+        f"{dollars(max(net.get(payment_method_id, 0), 0)):.2f} USD net of refunds, less than the "
+        f"{dollars(amount_cents):.2f} USD it would get back ({instead})",
+        {
+            "refundable_cents": {pid: cents for pid, cents in net.items() if cents > 0},
+            "amount_cents": amount_cents,
+        },
+    )
+
+
+def _order_refund_refusal(order: OrderView, amount_cents: int) -> Rejection | None:
+    """Store credit on a gift card (a return, as the policy allows) is at most what the order
+    was paid, net of what it already gave back."""
+    refundable = sum(cents for cents in order.net_paid().values() if cents > 0)
+    if amount_cents <= refundable:
+        return None
+    return Rejection(
+        REFUND_EXCEEDS_PAYMENT,
+        f"item_ids: order {order.order_id} has {dollars(refundable):.2f} USD left to refund, "
+        f"less than the {dollars(amount_cents):.2f} USD these items would get back (a human "
+        "agent can help)",
+        {"refundable_cents": refundable, "amount_cents": amount_cents},
+    )
+
+
 class _Changes(NamedTuple):
     """Items replaced pair by pair, with the price difference (positive: the customer pays)."""
 
@@ -462,9 +516,10 @@ def plan_cancel(order: OrderView, user: UserView, reason: str) -> Plan | Rejecti
     refusal = _status_refusal(order, PENDING, "cancelled")
     if refusal is not None:
         return refusal
-    # Everything paid goes back where it came from: at once to a gift card, in days otherwise.
+    # What each method paid, net of what it already got back (a payment change refunded the
+    # first method), goes back where it came from: at once to a gift card, in days otherwise.
     refunds = tuple(
-        PaymentLine("refund", p.amount_cents, p.payment_method_id) for p in order.payments
+        PaymentLine("refund", cents, pid) for pid, cents in order.net_paid().items() if cents > 0
     )
     for refund in refunds:
         if user.method(refund.payment_method_id) is None:
@@ -501,7 +556,9 @@ def _paid_changes(
     method = user.method(payment_method_id)
     if method is None:
         return method_not_found(payment_method_id, user)
-    refusal = _gift_card_refusal(method, changes.difference_cents)
+    refusal = _gift_card_refusal(method, changes.difference_cents) or _refund_refusal(
+        order, payment_method_id, -changes.difference_cents
+    )
     if refusal is not None:
         return refusal
     return changes
@@ -599,8 +656,15 @@ def plan_return(
     refusal = _items_refusal(order, item_ids)
     if refusal is not None:
         return refusal
-    # What the return will refund: the items' prices, as the order lists them.
+    # What the return will refund: the items' prices, as the order lists them, never more than
+    # the order was paid; to a gift card as the policy allows, else to the method that paid it.
     refund = sum(line.price_cents for line in map(order.first, item_ids) if line is not None)
+    if method.gift_card:
+        refusal = _order_refund_refusal(order, refund)
+    else:
+        refusal = _refund_refusal(order, payment_method_id, refund)
+    if refusal is not None:
+        return refusal
     return Plan(
         order.order_id,
         money_cents=refund,

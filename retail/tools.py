@@ -45,6 +45,7 @@ from retail.book import (
     PAYMENT_METHOD_UNCHANGED,
     PAYMENT_NOT_CHANGEABLE,
     PRODUCT_NOT_FOUND,
+    REFUND_EXCEEDS_PAYMENT,
     REFUND_METHOD_NOT_ALLOWED,
     USER_NOT_FOUND,
     Address,
@@ -377,6 +378,7 @@ _NEW_ITEMS = (
     ITEM_UNAVAILABLE,
     PAYMENT_METHOD_NOT_FOUND,
     GIFT_CARD_INSUFFICIENT_BALANCE,
+    REFUND_EXCEEDS_PAYMENT,
 )
 # The business codes each tool may answer with (its check's and its handler's).
 TOOL_CODES: dict[str, tuple[Code, ...]] = {
@@ -404,6 +406,7 @@ TOOL_CODES: dict[str, tuple[Code, ...]] = {
         PAYMENT_METHOD_NOT_FOUND,
         REFUND_METHOD_NOT_ALLOWED,
         ITEM_NOT_IN_ORDER,
+        REFUND_EXCEEDS_PAYMENT,
     ),
     "exchange_delivered_order_items": (ORDER_NOT_FOUND, ORDER_NOT_DELIVERED, *_NEW_ITEMS),
     "modify_user_address": (USER_NOT_FOUND,),

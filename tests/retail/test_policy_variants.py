@@ -205,8 +205,21 @@ def variants_of(data: _Data, tool: str, arguments: dict[str, Any]) -> Iterator[V
                 _short_gift_card(customer, cards[0], difference),
             )
 
+    passing = arguments
+    if tool in ITEM_TOOLS and order is not None and data.difference_cents(arguments) < 0:
+        # A price difference back to the customer goes to a method that paid the order.
+        paid_by = order["payment_history"][0]["payment_method_id"]
+        passing = {**arguments, "payment_method_id": paid_by}
+        elsewhere_method = next((pid for pid in data.methods(customer) if pid != paid_by), None)
+        if elsewhere_method is not None:
+            yield bent(
+                "a price difference refunded to a method that did not pay",
+                "REFUND_EXCEEDS_PAYMENT",
+                payment_method_id=elsewhere_method,
+            )
+
     if tool == "modify_pending_order_items":
-        again = _first(tool, arguments, customer)
+        again = _first(tool, passing, customer)
         yield Variant(
             "a second modification", customer, tool, arguments, "ORDER_ALREADY_MODIFIED", again
         )
