@@ -196,7 +196,9 @@ class OrderView(NamedTuple):
 
     @property
     def paid_cents(self) -> int:
-        return sum(p.amount_cents for p in self.payments if p.transaction_type == "payment")
+        """What the order was paid, net of what it already gave back: after a payment change,
+        the order's total once, not the two payments."""
+        return sum(cents for cents in self.net_paid().values() if cents > 0)
 
     def net_paid(self) -> dict[str, int]:
         """What each method paid the order net of what it got back, in the order the methods

@@ -55,6 +55,8 @@ def test_a_cancellation_after_a_payment_change_pays_back_what_was_paid_once(
         customer=CUSTOMER,
     )
     card_after_change = _balance(CARD)
+    # What a reviewer is shown as paid: the order's total once, not its two payments.
+    paid_after_change = OrmRetailBook().order(CUSTOMER, ORDER).paid_cents  # type: ignore[union-attr]
 
     cancelled = retail_call(
         "cancel_pending_order",
@@ -64,6 +66,7 @@ def test_a_cancellation_after_a_payment_change_pays_back_what_was_paid_once(
 
     assert changed["ok"] and cancelled["ok"], (changed, cancelled)
     assert card_after_change == 9_100 + 280_044
+    assert paid_after_change == 280_044
     assert _history(ORDER) == [
         ("payment", 280_044, CARD),
         ("payment", 280_044, PAYPAL),
