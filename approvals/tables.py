@@ -10,10 +10,10 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from approvals.models import ConfirmationEvent
-from approvals.money import money
 from approvals.selectors import deciders, effective_status
 from approvals.templatetags.review import status_pill
 from dispatch.models import Confirmation
+from dispatch.money import money
 from dispatch.registry import tool_registry
 
 # Characters of a reason shown in a row.
@@ -70,8 +70,7 @@ class HistoryTable(tables.Table):  # type: ignore[misc]
         super().__init__(data.prefetch_related(events), *args, **kwargs)
 
     def render_amount_cents(self, value: int, record: Confirmation) -> str:
-        currency = record.currency
-        return money(value, currency) if currency else str(value)
+        return money(value, record.currency)
 
     def render_subject(self, record: Confirmation) -> str:
         """What was held, as the queue's card names it: the action, and what it is for (an id,

@@ -15,11 +15,11 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from approvals.models import ConfirmationEvent
-from approvals.money import money
 from approvals.selectors import deciders, effective_status
 from approvals.tables import confirmation_subject
 from approvals.templatetags.review import status_pill
 from dispatch.models import Confirmation, SecurityEvent
+from dispatch.money import money
 from dispatch.registry import tool_registry
 from orders.models import Order
 
@@ -89,7 +89,7 @@ class ConfirmationTable(tables.Table):  # type: ignore[misc]
         return _when(value)
 
     def render_amount_cents(self, value: int, record: Confirmation) -> str:
-        return money(value, record.currency) if record.currency else str(value)
+        return money(value, record.currency)
 
     def render_subject(self, record: Confirmation) -> str:
         spec = tool_registry.get(record.tool)

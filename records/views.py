@@ -22,10 +22,10 @@ from django_tables2 import RequestConfig
 
 from analytics.permissions import is_manager, managers_and_reviewers, managers_only
 from analytics.views import confirmation_url
-from approvals.money import money
 from approvals.reviewers import is_reviewer
 from approvals.selectors import confirmation_item, effective_status
 from dispatch.models import AuditRecord, Confirmation, Movement, SecurityEvent
+from dispatch.money import money
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED
 from orders.models import Order, Refund
 from records.filters import ConfirmationFilter, OrderFilter, SecurityEventFilter
