@@ -4,6 +4,7 @@ user; the writes once per key."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import anyio
@@ -13,12 +14,12 @@ from django.test import Client
 
 from approvals.services import confirmation_reject
 from dispatch.models import Agent, Confirmation, ConfirmationStatus
-from dispatch.pipeline.tools import Refused, Rejection
+from dispatch.pipeline.tools import CheckContext, Money, Refused, Rejection
 from dispatch.services import agent_create
 from retail.book import OrderView, Plan, UserView, plan_cancel
 from retail.gateway import OrmRetailBook
 from retail.models import Operation, PaymentMethod, RetailOrder
-from retail.tools import RETAIL_TOOLS, calculated
+from retail.tools import RETAIL_TOOLS, calculated, retail_tools
 from tests.analytics.test_views import login_in_group
 from tests.approvals.test_pages import text
 from tests.dispatch.test_mcp import http_connect, mcp_url  # noqa: F401  (its fixture)
@@ -258,3 +259,38 @@ def test_mcp_serves_the_retail_tools_as_it_serves_the_order_tools(
     assert by_name["modify_user_address"].annotations.destructive_hint is False
     assert answer.is_error is False
     assert answer.structured_content["data"]["status"] == "pending"
+
+
+class _CountingBook(OrmRetailBook):
+    """The database's book, counting its reads of users and orders."""
+
+    def __init__(self) -> None:
+        self.reads: Counter[str] = Counter()
+
+    def user(self, customer_id: str) -> UserView | None:
+        self.reads["user"] += 1
+        return super().user(customer_id)
+
+    def order(self, customer_id: str, order_id: str) -> OrderView | None:
+        self.reads["order"] += 1
+        return super().order(customer_id, order_id)
+
+
+def test_a_writes_check_and_its_money_judge_its_plan_once(retail_db: dict[str, Any]) -> None:
+    book = _CountingBook()
+    [spec] = [spec for spec in retail_tools(book) if spec.name == "cancel_pending_order"]
+    assert spec.check is not None and spec.money is not None
+    arguments = spec.arguments.model_validate(CANCEL)
+    context = CheckContext(PAYPAL_CUSTOMER)
+
+    # As the gate asks: the check, then the money of the call that passed it.
+    refusal = spec.check(arguments, context)
+    money = spec.money(arguments, context)
+    judged_once = book.reads.copy()
+    # Asked again without a check, the money is judged afresh: the kept plan serves one call.
+    again = spec.money(arguments, context)
+
+    assert refusal is None
+    assert money == again == Money(18_203, "USD", PAYPAL_ORDER)
+    assert judged_once == Counter(user=1, order=1)
+    assert book.reads == Counter(user=2, order=2)
