@@ -24,16 +24,28 @@ from analytics.permissions import is_manager, managers_and_reviewers, managers_o
 from analytics.views import confirmation_url
 from approvals.reviewers import is_reviewer
 from approvals.selectors import confirmation_item, effective_status
+from approvals.tables import ConfirmationTable
 from dispatch.models import AuditRecord, Confirmation, Movement, SecurityEvent
 from dispatch.money import money
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED
 from orders.models import Order, Refund
 from records.filters import ConfirmationFilter, OrderFilter, SecurityEventFilter
-from records.tables import ConfirmationTable, OrderTable, SecurityEventTable, filtered_url
+from records.tables import OrderTable, SecurityEventTable, filtered_url
 
 PAGE_SIZE = 50
 # The reasons counted above the security events' table.
 REASONS_COUNTED = 12
+# What the confirmations list of a held call: when it was held, and its own page.
+CONFIRMATION_COLUMNS = (
+    "created_at",
+    "amount_cents",
+    "subject",
+    "customer_id",
+    "agent",
+    "status",
+    "reviewers",
+    "id",
+)
 
 
 def _filtered(request: HttpRequest) -> bool:
@@ -48,7 +60,14 @@ def _filtered(request: HttpRequest) -> bool:
 def confirmations(request: HttpRequest) -> HttpResponse:
     held = Confirmation.objects.select_related("agent").order_by("-created_at", "-id")
     filters = ConfirmationFilter(request.GET, queryset=held)
-    table = ConfirmationTable(filters.qs, order_by=request.GET.get("sort") or "-created_at")
+    table = ConfirmationTable(
+        filters.qs,
+        columns=CONFIRMATION_COLUMNS,
+        detail_url=lambda pk: reverse("records:confirmation", args=[pk]),
+        customer_url=lambda customer: filtered_url("records:confirmations", customer=customer),
+        order_by=request.GET.get("sort") or "-created_at",
+        attrs={"class": "striped records"},
+    )
     RequestConfig(request, paginate={"per_page": PAGE_SIZE}).configure(table)
     return render(
         request,
