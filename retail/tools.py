@@ -342,6 +342,16 @@ def order_review(order: OrderView | None, order_id: str, user: UserView | None) 
     return ReviewView("Order", order.order_id, facts=tuple(facts), currency=CURRENCY)
 
 
+def customer_orders(book: RetailBook, customer_id: str) -> tuple[ReviewView, ...]:
+    """The customer's orders as a manager lists them (the records' Orders page), each as a
+    reviewer glances at it, in the order of the customer's profile."""
+    user = book.user(customer_id)
+    if user is None:
+        return ()
+    orders = (book.order(customer_id, order_id) for order_id in user.order_ids)
+    return tuple(order_review(order, order.order_id, None) for order in orders if order)
+
+
 def user_review(user: UserView | None, customer_id: str) -> ReviewView:
     """The user as a reviewer glances at them before deciding a change of their own record."""
     if user is None:
