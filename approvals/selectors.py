@@ -746,7 +746,7 @@ def _facts(review: ReviewView | None, currency: str) -> tuple[Detail, ...]:
 
 
 def _fact(fact: Fact, currency: str) -> Detail:
-    if fact.kind is FactKind.MONEY and isinstance(fact.value, int) and currency:
+    if fact.kind is FactKind.MONEY and isinstance(fact.value, int):
         return Detail(fact.label, money(fact.value, currency), money=True)
     if fact.kind is FactKind.DATE:
         moment = _parsed_time(fact.value)
