@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.money import money
+from dispatch.money import money
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, OK, Code
 from dispatch.pipeline.what_if import Tally
 from dispatch.registry import tool_registry

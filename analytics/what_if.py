@@ -22,9 +22,9 @@ from analytics.forms import RANGES, DraftForm, Scope, scope_from
 from analytics.heavy import RangeTooHeavy, manager_deadline, too_heavy_message
 from analytics.permissions import managers_only
 from analytics.replay import policy_what_if
-from approvals.money import money
 from approvals.selectors import PLAIN_WORDS, hold_explanation
 from dispatch.models import Agent
+from dispatch.money import money
 from dispatch.pipeline import allowance
 from dispatch.pipeline.allowance import HoldReason
 from dispatch.pipeline.policy import Policy

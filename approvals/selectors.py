@@ -19,10 +19,10 @@ from django.utils import timezone
 from pydantic import BaseModel, ValidationError
 
 from approvals.models import ConfirmationEvent, EventKind, ReviewerLimit, Vote
-from approvals.money import money
 from approvals.reviewers import REVIEWERS_GROUP as REVIEWERS_GROUP
 from dispatch.held_money import HeldStanding, held_money_of, held_money_standing
 from dispatch.models import AuditRecord, Confirmation, ConfirmationStatus, Movement
+from dispatch.money import money
 from dispatch.pipeline.allowance import HELD, HeldSum
 from dispatch.pipeline.policy import Policy as PolicySnapshot
 from dispatch.pipeline.review import Fact, FactKind, ReviewView, ToolWords
@@ -354,7 +354,7 @@ def review_items(
         # As the hold kept it: the tool's money may come from its subject's state.
         currency = confirmation.currency
         amount_cents = confirmation.amount_cents
-        amount = money(amount_cents, currency) if amount_cents is not None and currency else ""
+        amount = money(amount_cents, currency)
         review = _review(spec, arguments, confirmation.customer_id)
         words = spec.action_words if spec else PLAIN_WORDS
         status = effective_status(confirmation, now)
@@ -557,7 +557,7 @@ def _duplicate_note(
         how, twin_id, at = twin.approval, twin.confirmation_id, twin.at
         amount, subject = twin.amount_cents, twin.subject
     state = TWIN_STATES.get(how, how)
-    shown = money(amount, currency) if currency else str(amount)
+    shown = money(amount, currency)
     when = timezone.localtime(at).strftime("%d %b %H:%M")
     if not confirmation.duplicate_of and not held.twins_approved:
         return DuplicateNote(
@@ -746,7 +746,7 @@ def _facts(review: ReviewView | None, currency: str) -> tuple[Detail, ...]:
 
 
 def _fact(fact: Fact, currency: str) -> Detail:
-    if fact.kind is FactKind.MONEY and isinstance(fact.value, int) and currency:
+    if fact.kind is FactKind.MONEY and isinstance(fact.value, int):
         return Detail(fact.label, money(fact.value, currency), money=True)
     if fact.kind is FactKind.DATE:
         moment = _parsed_time(fact.value)
@@ -779,7 +779,7 @@ def _approval_needs(
     # An approver's limit covers the customer's sum, not only this call's amount; the sum also
     # says how many reviewers it takes (as the approval will judge it).
     covered_cents = held.sum_cents if held is not None else confirmation.amount_cents or 0
-    amount = money(covered_cents, currency) if currency else ""
+    amount = money(covered_cents, currency)
 
     def covers(user_id: int) -> bool:
         limit = limits.get((user_id, currency))
@@ -829,11 +829,11 @@ def hold_explanation(
 
     def amount(key: str) -> str:
         value = data.get(key)
-        return money(value, currency) if isinstance(value, int) and currency else str(value)
+        return money(value, currency) if isinstance(value, int) else str(value)
 
     earlier = tuple(
         (
-            money(movement["amount_cents"], currency) if currency else "",
+            money(movement["amount_cents"], currency),
             str(movement.get("subject", "")),
             _parsed_time(movement.get("at")),
             EARLIER_STATES.get(str(movement.get("approval")), "without a human"),

@@ -28,7 +28,6 @@ from django.utils import timezone
 from pydantic import BaseModel
 
 from approvals.models import ConfirmationEvent, EventKind, ReviewerLimit, Vote
-from approvals.money import money
 from approvals.webhooks import webhook_enqueue
 from dispatch.held_money import (
     decision_lock,
@@ -40,6 +39,7 @@ from dispatch.held_money import (
     held_money_sum,
 )
 from dispatch.models import Agent, Confirmation, ConfirmationStatus
+from dispatch.money import money
 from dispatch.pipeline import codes
 from dispatch.pipeline.allowance import HeldSum
 from dispatch.pipeline.audit_chain import event_chain, link_hash
@@ -249,7 +249,7 @@ def _twin_words(confirmation: Confirmation, customer_sum: HeldSum) -> str:
         "held": "held",
     }.get(twin.approval, twin.approval)
     return (
-        f"{twin.tool} of {_amount(twin.amount_cents, currency)} for {twin.subject}, "
+        f"{twin.tool} of {money(twin.amount_cents, currency)} for {twin.subject}, "
         f"{state} in another conversation at {twin.at:%Y-%m-%d %H:%M} UTC"
     )
 
@@ -265,18 +265,14 @@ def _second_look_words(
         if customer_sum is None
         else (
             f"; with the customer's other money in the window the sum is "
-            f"{_amount(customer_sum.sum_cents, currency)}"
+            f"{money(customer_sum.sum_cents, currency)}"
         )
     )
     return (
-        f"Not approved yet: {_amount(confirmation.amount_cents, currency)} is above "
-        f"{_amount(line, currency)}, the amount above which an approval is confirmed once more"
+        f"Not approved yet: {money(confirmation.amount_cents, currency)} is above "
+        f"{money(line, currency)}, the amount above which an approval is confirmed once more"
         f"{total}. Look again and confirm to approve it."
     )
-
-
-def _amount(cents: int, currency: str) -> str:
-    return money(cents, currency) if currency else str(cents)
 
 
 def _sum_data(customer_sum: HeldSum | None) -> dict[str, Any]:

@@ -1,23 +1,32 @@
-"""The history's table: one row a confirmation, sortable, paginated (django-tables2)."""
+"""The confirmations' table: one row a held call, sortable, paginated (django-tables2). The
+approvals' history and the records' confirmations list with it, each naming its columns."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import django_tables2 as tables
 from django.db.models import Prefetch, QuerySet
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from approvals.models import ConfirmationEvent
-from approvals.money import money
 from approvals.selectors import deciders, effective_status
 from approvals.templatetags.review import status_pill
 from dispatch.models import Confirmation
+from dispatch.money import money
 from dispatch.registry import tool_registry
 
+ID = {"td": {"class": "id"}}
+NUM = {"td": {"class": "num"}, "th": {"class": "num"}}
 # Characters of a reason shown in a row.
 REASON_SHOWN = 60
+# Characters of a long id shown in a row; the whole id is on hover and on its page.
+ID_SHOWN = 10
 
 
 def confirmation_subject(confirmation: Confirmation) -> str:
@@ -27,20 +36,48 @@ def confirmation_subject(confirmation: Confirmation) -> str:
     return str(confirmation.arguments.get(spec.subject_field, ""))
 
 
+def when(value: datetime | None) -> SafeString | str:
+    """The local date and time, short (4 Dec 14:02), with the exact one on hover."""
+    if value is None:
+        return "—"
+    local = timezone.localtime(value)
+    exact = local.strftime("%Y-%m-%d %H:%M:%S ") + (local.tzname() or "")
+    short = f"{local.day} {local:%b %H:%M}"
+    if local.year != timezone.localtime().year:
+        short = f"{local.day} {local:%b %Y %H:%M}"
+    return format_html('<time datetime="{}" title="{}">{}</time>', value.isoformat(), exact, short)
+
+
+def short_id(value: str) -> SafeString:
+    shown = value if len(value) <= ID_SHOWN else value[:ID_SHOWN] + "…"
+    return format_html('<code title="{}">{}</code>', value, shown)
+
+
+def _reviewer_detail_url(confirmation_id: str) -> str:
+    return reverse("approvals:detail", args=[confirmation_id])
+
+
 # django-tables2 ships no types.
-class HistoryTable(tables.Table):  # type: ignore[misc]
+class ConfirmationTable(tables.Table):  # type: ignore[misc]
+    """Every column a page may list of a held call. A page names the ones it shows, in order
+    (`columns`), where a held call's id and its "Details" lead (`detail_url`: the reviewer's
+    page of it unless told), and where a customer's id leads (`customer_url`; plain text if
+    none)."""
+
+    created_at = tables.Column(verbose_name="Held")
     closed_at = tables.DateTimeColumn(
         verbose_name="Decided", format="j M Y, H:i", order_by=("closed_at", "created_at")
     )
-    amount_cents = tables.Column(verbose_name="Amount", attrs={"td": {"class": "num"}})
+    amount_cents = tables.Column(verbose_name="Amount", attrs=NUM)
     subject = tables.Column(verbose_name="For", empty_values=(), orderable=False)
-    customer_id = tables.Column(verbose_name="Customer", attrs={"td": {"class": "id"}})
-    agent = tables.Column(verbose_name="Agent", order_by=("agent__name",))
+    customer_id = tables.Column(verbose_name="Customer", attrs=ID)
+    agent = tables.Column(verbose_name="Agent", order_by=("agent__name",), attrs=ID)
     status = tables.Column(verbose_name="Status")
     reviewers = tables.Column(verbose_name="Reviewers", empty_values=(), orderable=False)
     why = tables.Column(
         verbose_name="Reason", empty_values=(), orderable=False, attrs={"td": {"class": "why"}}
     )
+    id = tables.Column(verbose_name="Confirmation", attrs=ID)
     link = tables.Column(
         verbose_name=format_html('<span class="sr-only">{}</span>', "Details"),
         empty_values=(),
@@ -49,29 +86,38 @@ class HistoryTable(tables.Table):  # type: ignore[misc]
 
     class Meta:
         model = Confirmation
-        fields = ("closed_at", "amount_cents", "subject", "customer_id", "agent", "status")
-        sequence = (
-            "closed_at",
-            "amount_cents",
-            "subject",
-            "customer_id",
-            "agent",
-            "status",
-            "reviewers",
-            "why",
-            "link",
-        )
+        fields = ("created_at", "closed_at", "amount_cents", "customer_id", "agent", "status", "id")
         order_by_field = "sort"
         empty_text = ""
         attrs = {"class": "striped history"}
 
-    def __init__(self, data: QuerySet[Confirmation], *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        data: QuerySet[Confirmation],
+        *args: Any,
+        columns: Sequence[str],
+        detail_url: Callable[[str], str] | None = None,
+        customer_url: Callable[[str], str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         events = Prefetch("events", queryset=ConfirmationEvent.objects.order_by("at", "id"))
-        super().__init__(data.prefetch_related(events), *args, **kwargs)
+        shown = set(columns)
+        left_out = [name for name in self.base_columns if name not in shown]
+        super().__init__(
+            data.prefetch_related(events),
+            *args,
+            sequence=columns,
+            exclude=left_out,
+            **kwargs,
+        )
+        self.detail_url = detail_url or _reviewer_detail_url
+        self.customer_url = customer_url
+
+    def render_created_at(self, value: datetime | None) -> SafeString | str:
+        return when(value)
 
     def render_amount_cents(self, value: int, record: Confirmation) -> str:
-        currency = record.currency
-        return money(value, currency) if currency else str(value)
+        return money(value, record.currency)
 
     def render_subject(self, record: Confirmation) -> str:
         """What was held, as the queue's card names it: the action, and what it is for (an id,
@@ -82,6 +128,12 @@ class HistoryTable(tables.Table):  # type: ignore[misc]
         if not subject:
             return action
         return format_html('{} · <span class="id">{}</span>', action, subject)
+
+    def render_customer_id(self, value: str) -> SafeString | str:
+        if self.customer_url is None:
+            return value
+        url = self.customer_url(value)
+        return format_html('<a href="{}" title="Held calls of {}">{}</a>', url, value, value)
 
     def render_status(self, record: Confirmation) -> str:
         return status_pill(effective_status(record))
@@ -100,9 +152,12 @@ class HistoryTable(tables.Table):  # type: ignore[misc]
             return reason
         return format_html('<span title="{}">{}…</span>', reason, reason[:REASON_SHOWN].rstrip())
 
+    def render_id(self, value: str) -> SafeString:
+        return format_html('<a href="{}">{}</a>', self.detail_url(value), short_id(value))
+
     def render_link(self, record: Confirmation) -> str:
         return format_html(
             '<a href="{}" aria-label="Details of {}">Details</a>',
-            reverse("approvals:detail", args=[record.pk]),
+            self.detail_url(record.pk),
             record.pk,
         )

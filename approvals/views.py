@@ -26,10 +26,22 @@ from approvals import selectors, services
 from approvals.filters import HistoryFilter
 from approvals.forms import RejectForm
 from approvals.reviewers import REVIEWERS_GROUP, is_reviewer
-from approvals.tables import HistoryTable
+from approvals.tables import ConfirmationTable
 from dispatch.models import Confirmation, ConfirmationStatus
 
 HISTORY_PAGE_SIZE = 25
+# What the history lists of a held call: when and how it was decided, and its details.
+HISTORY_COLUMNS = (
+    "closed_at",
+    "amount_cents",
+    "subject",
+    "customer_id",
+    "agent",
+    "status",
+    "reviewers",
+    "why",
+    "link",
+)
 
 View = Callable[..., HttpResponse]
 
@@ -193,7 +205,7 @@ def reconcile(request: HttpRequest, confirmation_id: str) -> HttpResponse:
 @reviewer_required
 def history(request: HttpRequest) -> HttpResponse:
     filters = HistoryFilter(request.GET, queryset=selectors.history_queryset())
-    table = HistoryTable(filters.qs)
+    table = ConfirmationTable(filters.qs, columns=HISTORY_COLUMNS)
     RequestConfig(request, paginate={"per_page": HISTORY_PAGE_SIZE}).configure(table)
     return render(
         request,

@@ -52,8 +52,14 @@ def major_units(amount_cents: int, currency: str) -> str:
     return f"{Decimal(amount_cents).scaleb(-places):.{places}f}"
 
 
-def money(amount_cents: int, currency: str) -> str:
-    """An amount in minor units (2590) in its currency's own format (R$ 25,90)."""
+def money(amount_cents: int | None, currency: str | None) -> str:
+    """An amount in minor units (2590) in its currency's own format (R$ 25,90): the one way every
+    page, table and message writes an amount. No amount is ""; an amount of no known currency
+    is its bare number (a tool that declares an amount but no currency)."""
+    if amount_cents is None:
+        return ""
+    if not currency:
+        return str(amount_cents)
     code = currency.upper()
     amount = Decimal(amount_cents).scaleb(-exponent(code))
     locale = CURRENCY_LOCALES.get(code)

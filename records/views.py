@@ -8,10 +8,12 @@ Every filter lives in the query string (records/filters.py), every list is a dja
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Protocol, runtime_checkable
 
+from django.apps import apps
 from django.contrib.auth.models import User
 from django.db.models import Count, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
@@ -22,18 +24,31 @@ from django_tables2 import RequestConfig
 
 from analytics.permissions import is_manager, managers_and_reviewers, managers_only
 from analytics.views import confirmation_url
-from approvals.money import money
 from approvals.reviewers import is_reviewer
 from approvals.selectors import confirmation_item, effective_status
+from approvals.tables import ConfirmationTable, when
 from dispatch.models import AuditRecord, Confirmation, Movement, SecurityEvent
+from dispatch.money import money
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED
+from dispatch.pipeline.review import Fact, FactKind, ReviewView
 from orders.models import Order, Refund
 from records.filters import ConfirmationFilter, OrderFilter, SecurityEventFilter
-from records.tables import ConfirmationTable, OrderTable, SecurityEventTable, filtered_url
+from records.tables import OrderTable, SecurityEventTable, filtered_url
 
 PAGE_SIZE = 50
 # The reasons counted above the security events' table.
 REASONS_COUNTED = 12
+# What the confirmations list of a held call: when it was held, and its own page.
+CONFIRMATION_COLUMNS = (
+    "created_at",
+    "amount_cents",
+    "subject",
+    "customer_id",
+    "agent",
+    "status",
+    "reviewers",
+    "id",
+)
 
 
 def _filtered(request: HttpRequest) -> bool:
@@ -48,7 +63,14 @@ def _filtered(request: HttpRequest) -> bool:
 def confirmations(request: HttpRequest) -> HttpResponse:
     held = Confirmation.objects.select_related("agent").order_by("-created_at", "-id")
     filters = ConfirmationFilter(request.GET, queryset=held)
-    table = ConfirmationTable(filters.qs, order_by=request.GET.get("sort") or "-created_at")
+    table = ConfirmationTable(
+        filters.qs,
+        columns=CONFIRMATION_COLUMNS,
+        detail_url=lambda pk: reverse("records:confirmation", args=[pk]),
+        customer_url=lambda customer: filtered_url("records:confirmations", customer=customer),
+        order_by=request.GET.get("sort") or "-created_at",
+        attrs={"class": "striped records"},
+    )
     RequestConfig(request, paginate={"per_page": PAGE_SIZE}).configure(table)
     return render(
         request,
@@ -138,6 +160,70 @@ def security_events(request: HttpRequest) -> HttpResponse:
 # Orders and their refunds ----------------------------------------------------------------------
 
 
+@runtime_checkable
+class OrderDesk(Protocol):
+    """An app whose domain keeps orders of its own and declares a customer's for this page (its
+    AppConfig's `customer_orders`), each as a reviewer sees it: listed without naming the
+    domain."""
+
+    verbose_name: str
+
+    def customer_orders(self, customer_id: str) -> Sequence[ReviewView]: ...
+
+
+@dataclass(frozen=True)
+class Cell:
+    value: str
+    money: bool = False
+
+
+@dataclass(frozen=True)
+class DeskOrders:
+    """A desk's orders of one customer: a row an order, a column a fact its domain declares."""
+
+    name: str
+    # The facts' labels, each marked as money or not (an amount is set right, as a number is).
+    labels: tuple[Cell, ...]
+    rows: tuple[tuple[str, tuple[Cell, ...]], ...]
+
+
+def _cell(fact: Fact | None, currency: str) -> Cell:
+    if fact is None:
+        return Cell("—")
+    if fact.kind is FactKind.MONEY and isinstance(fact.value, int):
+        return Cell(money(fact.value, currency), money=True)
+    if fact.kind is FactKind.DATE:
+        return Cell(when(datetime.fromisoformat(str(fact.value))))
+    return Cell(str(fact.value))
+
+
+def _desk_orders(customer_id: str, order_id: str, currency: str) -> list[DeskOrders]:
+    """The customer's orders at each desk that declares them, under the page's filters of an
+    order's id (any part) and currency."""
+    desks: list[DeskOrders] = []
+    for config in apps.get_app_configs():
+        if not isinstance(config, OrderDesk):
+            continue
+        views = [
+            view
+            for view in config.customer_orders(customer_id)
+            if view.found
+            and order_id.lower() in view.subject.lower()
+            and currency in ("", view.currency)
+        ]
+        kinds = {fact.label: fact.kind for view in views for fact in view.facts}
+        rows = []
+        for view in views:
+            facts = {fact.label: fact for fact in view.facts}
+            rows.append(
+                (view.subject, tuple(_cell(facts.get(label), view.currency) for label in kinds))
+            )
+        labels = tuple(Cell(label, kind is FactKind.MONEY) for label, kind in kinds.items())
+        if rows:
+            desks.append(DeskOrders(str(config.verbose_name), labels, tuple(rows)))
+    return desks
+
+
 @require_GET
 @managers_and_reviewers
 def orders(request: HttpRequest) -> HttpResponse:
@@ -145,10 +231,25 @@ def orders(request: HttpRequest) -> HttpResponse:
     filters = OrderFilter(request.GET, queryset=placed)
     table = OrderTable(filters.qs, order_by=request.GET.get("sort") or "-created_at")
     RequestConfig(request, paginate={"per_page": PAGE_SIZE}).configure(table)
+    customer = request.GET.get("customer", "").strip()
+    # The desks' orders have no refunds of this page's kind: a filter by them leaves them out.
+    listed = customer and not request.GET.get("refunded")
+    order_id, currency = request.GET.get("order", "").strip(), request.GET.get("currency", "")
     return render(
         request,
         "records/orders.html",
-        {"filter": filters, "table": table, "filtered": _filtered(request)},
+        {
+            "filter": filters,
+            "table": table,
+            "filtered": _filtered(request),
+            "customer": customer,
+            "desks": _desk_orders(customer, order_id, currency) if listed else [],
+            "desk_names": [
+                config.verbose_name
+                for config in apps.get_app_configs()
+                if isinstance(config, OrderDesk)
+            ],
+        },
     )
 
 

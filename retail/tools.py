@@ -1,6 +1,10 @@
-"""The retail desk's sixteen tools, declared once: arguments (named as τ²-bench names them, so
-that its gold actions validate), business check, handler, flags, the money a write moves and what
-a reviewer sees of a held one.
+"""The retail desk's sixteen tools, declared once each: arguments (named as τ²-bench names them,
+so that its gold actions validate), then the tool's function under its declaration (label,
+description, codes, flags, words). A read's function is its handler; a write's is its rule, whose
+plan is its check, the money it moves and what the book writes, and what a reviewer sees of a held
+one follows from its order or its user. A tool's name is its function's, as its arguments' title
+repeats it; RETAIL_TOOLS and every spec are read from the declarations (DESK), on a book given to
+`retail_tools` (the database's, in retail/apps.py).
 
 The customer is the host's: the conversation's customer_id is the τ² user id the host
 authenticated, and every user, order and payment method the tools touch is that user's or is not
@@ -11,8 +15,10 @@ from __future__ import annotations
 
 import ast
 import operator
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -77,6 +83,7 @@ EXPRESSION_PATTERN = r"^[0-9+\-*/(). ]{1,200}$"
 MAX_ITEMS = 20
 
 ItemId = Annotated[str, Field(pattern=ITEM_ID_PATTERN)]
+Args = TypeVar("Args", bound=BaseModel)
 
 
 class RetailBook(Protocol):
@@ -335,40 +342,227 @@ def order_review(order: OrderView | None, order_id: str, user: UserView | None) 
     return ReviewView("Order", order.order_id, facts=tuple(facts), currency=CURRENCY)
 
 
-CANCEL_WORDS = ToolWords(
-    noun="cancellation", plural="cancellations", verb="refund", past="refunded"
-)
+def customer_orders(book: RetailBook, customer_id: str) -> tuple[ReviewView, ...]:
+    """The customer's orders as a manager lists them (the records' Orders page), each as a
+    reviewer glances at it, in the order of the customer's profile."""
+    user = book.user(customer_id)
+    if user is None:
+        return ()
+    orders = (book.order(customer_id, order_id) for order_id in user.order_ids)
+    return tuple(order_review(order, order.order_id, None) for order in orders if order)
+
+
+def user_review(user: UserView | None, customer_id: str) -> ReviewView:
+    """The user as a reviewer glances at them before deciding a change of their own record."""
+    if user is None:
+        return ReviewView("User", customer_id, found=False, currency=CURRENCY)
+    return ReviewView(
+        "User",
+        user.user_id,
+        facts=(
+            Fact("Name", f"{user.first_name} {user.last_name}"),
+            Fact("Email", user.email),
+            Fact("Address now", _address_text(user.address)),
+            Fact("Orders", str(len(user.order_ids))),
+        ),
+        currency=CURRENCY,
+    )
+
+
+def _order_answer(order: OrderView | None, user: UserView) -> Mapping[str, Any]:
+    assert order is not None
+    return order_as_data(order)
+
+
+def _user_answer(order: OrderView | None, user: UserView) -> Mapping[str, Any]:
+    return user_as_data(user)
+
+
+# A tool the book answers at once: its answer from the book, its arguments and the call's context.
+HandlerOf = Callable[[RetailBook, Args, ExecutionContext], Mapping[str, Any]]
+# A write's rule: its plan for the order (None for the user's own record) and the user, or why
+# not. The book is at hand for what the rule reads beyond them (the new items' variants).
+JudgeOf = Callable[[RetailBook, Args, Any, UserView], Plan | Rejection]
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A tool the book answers at once, with no check and no money: the reads, and the
+    hand-off to a human agent."""
+
+    name: str
+    label: str
+    description: str
+    arguments: type[BaseModel]
+    handler: HandlerOf[Any]
+    codes: tuple[Code, ...]
+    # The hand-off changes no data, but is no read either: a client must not call it freely.
+    writes: bool
+    words: ToolWords | None
+
+    def spec(self, book: RetailBook) -> ToolSpec[Any]:
+        handler = self.handler
+        return ToolSpec(
+            name=self.name,
+            label=self.label,
+            description=self.description,
+            arguments=self.arguments,
+            handler=lambda args, context: handler(book, args, context),
+            writes=self.writes,
+            idempotent=True,
+            codes=self.codes,
+            words=self.words,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """A write judged on the user's and the order's state. Its plan is the check (a Rejection
+    refuses the call) and, for a tool that moves money, the money the gate counts; the book
+    judges it again on the rows it locks, and writes it."""
+
+    name: str
+    label: str
+    description: str
+    arguments: type[BaseModel]
+    judge: JudgeOf[Any]
+    codes: tuple[Code, ...]
+    moves_money: bool
+    words: ToolWords
+    answer: Callable[[OrderView | None, UserView], Mapping[str, Any]]
+
+    def spec(self, book: RetailBook) -> ToolSpec[Any]:
+        judge = self.judge
+        # The gate asks for a call's money right after its check passed: the plan the check
+        # judged is kept for that very arguments object, in this thread, so that one call reads
+        # the user and the order once and its check and its money agree.
+        kept = threading.local()
+
+        def plan_of(args: Any, customer_id: str) -> Plan | Rejection:
+            user = book.user(customer_id)
+            order_id = getattr(args, "order_id", None)
+            if user is None:
+                return order_not_found(order_id) if order_id else user_not_found("user_id")
+            order = None if order_id is None else book.order(customer_id, order_id)
+            if order_id is not None and order is None:
+                return order_not_found(order_id)
+            return judge(book, args, order, user)
+
+        def check(args: Any, context: CheckContext) -> Rejection | None:
+            plan = plan_of(args, context.customer_id)
+            kept.last = (args, context.customer_id, plan)
+            return plan if isinstance(plan, Rejection) else None
+
+        def money(args: Any, context: CheckContext) -> Money | None:
+            last, kept.last = getattr(kept, "last", None), None
+            if last is not None and last[0] is args and last[1] == context.customer_id:
+                plan = last[2]
+            else:
+                plan = plan_of(args, context.customer_id)
+            if isinstance(plan, Rejection) or plan.money_cents is None:
+                return None
+            return Money(plan.money_cents, CURRENCY, plan.subject)
+
+        def handler(args: Any, context: ExecutionContext) -> Mapping[str, Any]:
+            return book.write(
+                tool=self.name,
+                key=context.idempotency_key,
+                customer_id=context.customer_id,
+                order_id=getattr(args, "order_id", None),
+                judge=lambda order, user: judge(book, args, order, user),
+                answer=self.answer,
+            )
+
+        def review(args: Any, customer_id: str) -> ReviewView:
+            user = book.user(customer_id)
+            order_id = getattr(args, "order_id", None)
+            if order_id is None:
+                return user_review(user, customer_id)
+            order = None if user is None else book.order(customer_id, order_id)
+            return order_review(order, order_id, user)
+
+        on_order = "order_id" in self.arguments.model_fields
+        return ToolSpec(
+            name=self.name,
+            label=self.label,
+            description=self.description,
+            arguments=self.arguments,
+            check=check,
+            handler=handler,
+            writes=True,
+            # Every write is a human's to decide where the policy says so: by the money it
+            # moves, or (an address) always, unless the policy lets it run.
+            risk=Risk.HIGH,
+            destructive=self.moves_money,
+            idempotent=True,
+            subject_field="order_id" if on_order else "user_id",
+            codes=self.codes,
+            review=review,
+            words=self.words,
+            outcome_of=book.outcome,
+            money=money if self.moves_money else None,
+        )
+
+
+# The desk's tools, in the order they are declared below: the one list everything else reads.
+DESK: list[Answered | Judged] = []
+
+
+def _named(function: Callable[..., Any], arguments: type[BaseModel]) -> str:
+    """A tool's name: its function's, which its arguments' title must repeat (the schema's)."""
+    name = function.__name__
+    if arguments.model_config.get("title") != name:
+        raise ValueError(f"{name}: its arguments are titled {arguments.model_config.get('title')}")
+    if any(tool.name == name for tool in DESK):
+        raise ValueError(f"{name}: declared twice")
+    return name
+
+
+def answered(
+    arguments: type[Args],
+    *,
+    label: str,
+    description: str,
+    codes: tuple[Code, ...] = (),
+    writes: bool = False,
+    words: ToolWords | None = None,
+) -> Callable[[HandlerOf[Args]], HandlerOf[Args]]:
+    """Declares the function below as a tool the book answers at once, its handler."""
+
+    def declare(handler: HandlerOf[Args]) -> HandlerOf[Args]:
+        name = _named(handler, arguments)
+        DESK.append(Answered(name, label, description, arguments, handler, codes, writes, words))
+        return handler
+
+    return declare
+
+
+def judged(
+    arguments: type[Args],
+    *,
+    label: str,
+    description: str,
+    codes: tuple[Code, ...],
+    moves_money: bool,
+    words: ToolWords,
+    answer: Callable[[OrderView | None, UserView], Mapping[str, Any]] = _order_answer,
+) -> Callable[[JudgeOf[Args]], JudgeOf[Args]]:
+    """Declares the function below as a write, its rule the function."""
+
+    def declare(judge: JudgeOf[Args]) -> JudgeOf[Args]:
+        name = _named(judge, arguments)
+        DESK.append(
+            Judged(name, label, description, arguments, judge, codes, moves_money, words, answer)
+        )
+        return judge
+
+    return declare
+
+
 # Items, payment or address of a pending order: one kind of change to a reviewer.
 ORDER_CHANGE_WORDS = ToolWords(
     noun="order change", plural="order changes", verb="move", past="moved"
 )
-RETURN_WORDS = ToolWords(noun="return", plural="returns", verb="refund", past="refunded")
-EXCHANGE_WORDS = ToolWords(noun="exchange", plural="exchanges", verb="move", past="moved")
-ADDRESS_WORDS = ToolWords(
-    noun="address change", plural="address changes", verb="change", past="changed"
-)
-TRANSFER_WORDS = ToolWords(noun="transfer", plural="transfers", verb="transfer", past="transferred")
-
-RETAIL_TOOLS = (
-    "find_user_id_by_email",
-    "find_user_id_by_name_zip",
-    "get_user_details",
-    "get_order_details",
-    "get_product_details",
-    "get_item_details",
-    "list_all_product_types",
-    "calculate",
-    "cancel_pending_order",
-    "modify_pending_order_items",
-    "modify_pending_order_address",
-    "modify_pending_order_payment",
-    "return_delivered_order_items",
-    "exchange_delivered_order_items",
-    "modify_user_address",
-    "transfer_to_human_agents",
-)
-
-
 _PENDING = (ORDER_NOT_FOUND, ORDER_NOT_PENDING, ORDER_ALREADY_MODIFIED)
 _NEW_ITEMS = (
     ITEM_NOT_IN_ORDER,
@@ -380,27 +574,214 @@ _NEW_ITEMS = (
     GIFT_CARD_INSUFFICIENT_BALANCE,
     REFUND_EXCEEDS_PAYMENT,
 )
-# The business codes each tool may answer with (its check's and its handler's).
-TOOL_CODES: dict[str, tuple[Code, ...]] = {
-    "find_user_id_by_email": (USER_NOT_FOUND,),
-    "find_user_id_by_name_zip": (USER_NOT_FOUND,),
-    "get_user_details": (USER_NOT_FOUND,),
-    "get_order_details": (ORDER_NOT_FOUND,),
-    "get_product_details": (PRODUCT_NOT_FOUND,),
-    "get_item_details": (ITEM_NOT_FOUND,),
-    "list_all_product_types": (),
-    "calculate": (INVALID_EXPRESSION,),
-    "cancel_pending_order": (*_PENDING, PAYMENT_METHOD_NOT_FOUND),
-    "modify_pending_order_items": (*_PENDING, *_NEW_ITEMS),
-    "modify_pending_order_address": _PENDING,
-    "modify_pending_order_payment": (
+
+
+@answered(
+    FindUserIdByEmailArguments,
+    label="Find user by email",
+    description="Find the user id of the customer by their email. Read-only.",
+    codes=(USER_NOT_FOUND,),
+)
+def find_user_id_by_email(
+    book: RetailBook, args: FindUserIdByEmailArguments, context: ExecutionContext
+) -> Mapping[str, Any]:
+    user = book.user(context.customer_id)
+    if user is None or user.email.lower() != args.email.lower():
+        raise Refused(user_not_found("email"))
+    return {"user_id": user.user_id}
+
+
+@answered(
+    FindUserIdByNameZipArguments,
+    label="Find user by name and zip",
+    description="Find the user id of the customer by first name, last name and zip code. "
+    "Read-only.",
+    codes=(USER_NOT_FOUND,),
+)
+def find_user_id_by_name_zip(
+    book: RetailBook, args: FindUserIdByNameZipArguments, context: ExecutionContext
+) -> Mapping[str, Any]:
+    user = book.user(context.customer_id)
+    if (
+        user is None
+        or user.first_name.lower() != args.first_name.lower()
+        or user.last_name.lower() != args.last_name.lower()
+        or user.address.zip != args.zip
+    ):
+        raise Refused(user_not_found("first_name, last_name, zip"))
+    return {"user_id": user.user_id}
+
+
+@answered(
+    GetUserDetailsArguments,
+    label="Get user details",
+    description="The user's profile: name, address, email, payment methods and orders. Read-only.",
+    codes=(USER_NOT_FOUND,),
+)
+def get_user_details(
+    book: RetailBook, args: GetUserDetailsArguments, context: ExecutionContext
+) -> Mapping[str, Any]:
+    user = book.user(context.customer_id) if args.user_id == context.customer_id else None
+    if user is None:
+        raise Refused(user_not_found("user_id"))
+    return user_as_data(user)
+
+
+@answered(
+    GetOrderDetailsArguments,
+    label="Get order details",
+    description="One of the user's orders: status, items, fulfilments and payment history "
+    "(amounts in dollars). Read-only.",
+    codes=(ORDER_NOT_FOUND,),
+)
+def get_order_details(
+    book: RetailBook, args: GetOrderDetailsArguments, context: ExecutionContext
+) -> Mapping[str, Any]:
+    order = book.order(context.customer_id, args.order_id)
+    if order is None:
+        raise Refused(order_not_found(args.order_id))
+    return order_as_data(order)
+
+
+@answered(
+    GetProductDetailsArguments,
+    label="Get product details",
+    description="A product and its variant items: options, availability and price. Read-only.",
+    codes=(PRODUCT_NOT_FOUND,),
+)
+def get_product_details(
+    book: RetailBook, args: GetProductDetailsArguments, context: ExecutionContext
+) -> Mapping[str, Any]:
+    product = book.product(args.product_id)
+    if product is None:
+        raise Refused(
+            Rejection(
+                PRODUCT_NOT_FOUND,
+                f"product_id: no product {args.product_id} (list_all_product_types gives "
+                "every product's id; an item id is not a product id)",
+            )
+        )
+    return product_as_data(product)
+
+
+@answered(
+    GetItemDetailsArguments,
+    label="Get item details",
+    description="One variant item: options, availability and price. Read-only.",
+    codes=(ITEM_NOT_FOUND,),
+)
+def get_item_details(
+    book: RetailBook, args: GetItemDetailsArguments, context: ExecutionContext
+) -> Mapping[str, Any]:
+    variant = book.variants([args.item_id]).get(args.item_id)
+    if variant is None:
+        raise Refused(
+            Rejection(
+                ITEM_NOT_FOUND,
+                f"item_id: no item {args.item_id} (get_product_details lists a product's items)",
+            )
+        )
+    return variant_as_data(variant)
+
+
+@answered(
+    ListAllProductTypesArguments,
+    label="List product types",
+    description="Every product's name and product id. Read-only.",
+)
+def list_all_product_types(
+    book: RetailBook, args: ListAllProductTypesArguments, context: ExecutionContext
+) -> Mapping[str, Any]:
+    return book.product_types()
+
+
+@answered(
+    CalculateArguments,
+    label="Calculate",
+    description="Compute an arithmetic expression, rounded to cents. Read-only.",
+    codes=(INVALID_EXPRESSION,),
+)
+def calculate(
+    book: RetailBook, args: CalculateArguments, context: ExecutionContext
+) -> Mapping[str, Any]:
+    return {"result": calculated(args.expression)}
+
+
+@judged(
+    CancelPendingOrderArguments,
+    label="Cancel pending order",
+    description="Cancel one of the user's pending orders, for a reason the user confirmed; what "
+    "was paid is refunded to the methods that paid it. Moves money; may be held for a human.",
+    codes=(*_PENDING, PAYMENT_METHOD_NOT_FOUND),
+    moves_money=True,
+    words=ToolWords(noun="cancellation", plural="cancellations", verb="refund", past="refunded"),
+)
+def cancel_pending_order(
+    book: RetailBook, args: CancelPendingOrderArguments, order: Any, user: UserView
+) -> Plan | Rejection:
+    return plan_cancel(order, user, args.reason)
+
+
+@judged(
+    ModifyPendingOrderItemsArguments,
+    label="Modify pending order items",
+    description="Change items of a pending order to other available options of the same "
+    "products, once per order; the price difference is paid or refunded with a method in the "
+    "profile. Moves money; may be held for a human.",
+    codes=(*_PENDING, *_NEW_ITEMS),
+    moves_money=True,
+    words=ORDER_CHANGE_WORDS,
+)
+def modify_pending_order_items(
+    book: RetailBook, args: ModifyPendingOrderItemsArguments, order: Any, user: UserView
+) -> Plan | Rejection:
+    variants = book.variants(args.new_item_ids)
+    return plan_modify_items(
+        order, user, args.item_ids, args.new_item_ids, args.payment_method_id, variants
+    )
+
+
+@judged(
+    ModifyPendingOrderAddressArguments,
+    label="Modify pending order address",
+    description="Change the shipping address of a pending order. May be held for a human.",
+    codes=_PENDING,
+    moves_money=False,
+    words=ORDER_CHANGE_WORDS,
+)
+def modify_pending_order_address(
+    book: RetailBook, args: ModifyPendingOrderAddressArguments, order: Any, user: UserView
+) -> Plan | Rejection:
+    return plan_modify_address(order, args.address())
+
+
+@judged(
+    ModifyPendingOrderPaymentArguments,
+    label="Modify pending order payment",
+    description="Pay a pending order with another method in the profile; the original payment "
+    "is refunded. Moves money; may be held for a human.",
+    codes=(
         *_PENDING,
         PAYMENT_METHOD_NOT_FOUND,
         PAYMENT_NOT_CHANGEABLE,
         PAYMENT_METHOD_UNCHANGED,
         GIFT_CARD_INSUFFICIENT_BALANCE,
     ),
-    "return_delivered_order_items": (
+    moves_money=True,
+    words=ORDER_CHANGE_WORDS,
+)
+def modify_pending_order_payment(
+    book: RetailBook, args: ModifyPendingOrderPaymentArguments, order: Any, user: UserView
+) -> Plan | Rejection:
+    return plan_modify_payment(order, user, args.payment_method_id)
+
+
+@judged(
+    ReturnDeliveredOrderItemsArguments,
+    label="Return delivered order items",
+    description="Request the return of items of a delivered order, refunded to the original "
+    "payment method or a gift card in the profile. Moves money; may be held for a human.",
+    codes=(
         ORDER_NOT_FOUND,
         ORDER_NOT_DELIVERED,
         PAYMENT_METHOD_NOT_FOUND,
@@ -408,370 +789,68 @@ TOOL_CODES: dict[str, tuple[Code, ...]] = {
         ITEM_NOT_IN_ORDER,
         REFUND_EXCEEDS_PAYMENT,
     ),
-    "exchange_delivered_order_items": (ORDER_NOT_FOUND, ORDER_NOT_DELIVERED, *_NEW_ITEMS),
-    "modify_user_address": (USER_NOT_FOUND,),
-    "transfer_to_human_agents": (),
-}
+    moves_money=True,
+    words=ToolWords(noun="return", plural="returns", verb="refund", past="refunded"),
+)
+def return_delivered_order_items(
+    book: RetailBook, args: ReturnDeliveredOrderItemsArguments, order: Any, user: UserView
+) -> Plan | Rejection:
+    return plan_return(order, user, args.item_ids, args.payment_method_id)
 
 
-# A write's rule: its plan for the order (None for a user's own record) and the user.
-Judge = Callable[[Any, OrderView | None, UserView], Plan | Rejection]
+@judged(
+    ExchangeDeliveredOrderItemsArguments,
+    label="Exchange delivered order items",
+    description="Request the exchange of items of a delivered order for other available "
+    "options of the same products; the price difference is paid or refunded with a method in "
+    "the profile. Moves money; may be held for a human.",
+    codes=(ORDER_NOT_FOUND, ORDER_NOT_DELIVERED, *_NEW_ITEMS),
+    moves_money=True,
+    words=ToolWords(noun="exchange", plural="exchanges", verb="move", past="moved"),
+)
+def exchange_delivered_order_items(
+    book: RetailBook, args: ExchangeDeliveredOrderItemsArguments, order: Any, user: UserView
+) -> Plan | Rejection:
+    variants = book.variants(args.new_item_ids)
+    return plan_exchange(
+        order, user, args.item_ids, args.new_item_ids, args.payment_method_id, variants
+    )
+
+
+@judged(
+    ModifyUserAddressArguments,
+    label="Modify user address",
+    description="Change the user's default address. May be held for a human.",
+    codes=(USER_NOT_FOUND,),
+    moves_money=False,
+    words=ToolWords(noun="address change", plural="address changes", verb="change", past="changed"),
+    answer=_user_answer,
+)
+def modify_user_address(
+    book: RetailBook, args: ModifyUserAddressArguments, order: Any, user: UserView
+) -> Plan | Rejection:
+    if args.user_id != user.user_id:
+        return user_not_found("user_id")
+    return plan_user_address(user, args.address())
+
+
+@answered(
+    TransferToHumanAgentsArguments,
+    label="Transfer to a human agent",
+    description="Hand the conversation to a human agent, with a summary of the user's issue; "
+    "only when the request is outside what the tools can do.",
+    writes=True,
+    words=ToolWords(noun="transfer", plural="transfers", verb="transfer", past="transferred"),
+)
+def transfer_to_human_agents(
+    book: RetailBook, args: TransferToHumanAgentsArguments, context: ExecutionContext
+) -> Mapping[str, Any]:
+    return {"result": "Transfer successful"}
+
+
+RETAIL_TOOLS = tuple(tool.name for tool in DESK)
 
 
 def retail_tools(book: RetailBook) -> tuple[ToolSpec[Any], ...]:
-    def _user(customer_id: str) -> UserView | None:
-        return book.user(customer_id)
-
-    def _order_answer(order: OrderView | None, user: UserView) -> Mapping[str, Any]:
-        assert order is not None
-        return order_as_data(order)
-
-    def _user_answer(order: OrderView | None, user: UserView) -> Mapping[str, Any]:
-        return user_as_data(user)
-
-    def _judged(judge: Judge, arguments: Any, customer_id: str) -> Plan | Rejection:
-        user = _user(customer_id)
-        order_id = getattr(arguments, "order_id", None)
-        if user is None:
-            return order_not_found(order_id) if order_id else user_not_found("user_id")
-        order = None if order_id is None else book.order(customer_id, order_id)
-        if order_id is not None and order is None:
-            return order_not_found(order_id)
-        return judge(arguments, order, user)
-
-    def write_spec(
-        name: str,
-        label: str,
-        description: str,
-        arguments: type[BaseModel],
-        judge: Judge,
-        *,
-        moves_money: bool,
-        words: ToolWords,
-        answer: Callable[[OrderView | None, UserView], Mapping[str, Any]] = _order_answer,
-    ) -> ToolSpec[Any]:
-        def check(args: Any, context: CheckContext) -> Rejection | None:
-            plan = _judged(judge, args, context.customer_id)
-            return plan if isinstance(plan, Rejection) else None
-
-        def money(args: Any, context: CheckContext) -> Money | None:
-            plan = _judged(judge, args, context.customer_id)
-            if isinstance(plan, Rejection) or plan.money_cents is None:
-                return None
-            return Money(plan.money_cents, CURRENCY, plan.subject)
-
-        def handler(args: Any, context: ExecutionContext) -> Mapping[str, Any]:
-            return book.write(
-                tool=name,
-                key=context.idempotency_key,
-                customer_id=context.customer_id,
-                order_id=getattr(args, "order_id", None),
-                judge=lambda order, user: judge(args, order, user),
-                answer=answer,
-            )
-
-        def review(args: Any, customer_id: str) -> ReviewView:
-            user = _user(customer_id)
-            order_id = getattr(args, "order_id", None)
-            if order_id is None:
-                return user_review(user, customer_id)
-            order = None if user is None else book.order(customer_id, order_id)
-            return order_review(order, order_id, user)
-
-        return ToolSpec(
-            name=name,
-            label=label,
-            description=description,
-            arguments=arguments,
-            check=check,
-            handler=handler,
-            writes=True,
-            # Every write is a human's to decide where the policy says so: by the money it
-            # moves, or (an address) always, unless the policy lets it run.
-            risk=Risk.HIGH,
-            destructive=moves_money,
-            idempotent=True,
-            subject_field="order_id" if "order_id" in arguments.model_fields else "user_id",
-            codes=TOOL_CODES[name],
-            review=review,
-            words=words,
-            outcome_of=book.outcome,
-            money=money if moves_money else None,
-        )
-
-    def user_review(user: UserView | None, customer_id: str) -> ReviewView:
-        if user is None:
-            return ReviewView("User", customer_id, found=False, currency=CURRENCY)
-        return ReviewView(
-            "User",
-            user.user_id,
-            facts=(
-                Fact("Name", f"{user.first_name} {user.last_name}"),
-                Fact("Email", user.email),
-                Fact("Address now", _address_text(user.address)),
-                Fact("Orders", str(len(user.order_ids))),
-            ),
-            currency=CURRENCY,
-        )
-
-    def read_spec(
-        name: str,
-        label: str,
-        description: str,
-        arguments: type[BaseModel],
-        handler: Callable[[Any, ExecutionContext], Mapping[str, Any]],
-    ) -> ToolSpec[Any]:
-        return ToolSpec(
-            name=name,
-            label=label,
-            description=description,
-            arguments=arguments,
-            handler=handler,
-            idempotent=True,
-            codes=TOOL_CODES[name],
-        )
-
-    def find_by_email(args: FindUserIdByEmailArguments, context: ExecutionContext) -> Any:
-        user = _user(context.customer_id)
-        if user is None or user.email.lower() != args.email.lower():
-            raise Refused(user_not_found("email"))
-        return {"user_id": user.user_id}
-
-    def find_by_name_zip(args: FindUserIdByNameZipArguments, context: ExecutionContext) -> Any:
-        user = _user(context.customer_id)
-        if (
-            user is None
-            or user.first_name.lower() != args.first_name.lower()
-            or user.last_name.lower() != args.last_name.lower()
-            or user.address.zip != args.zip
-        ):
-            raise Refused(user_not_found("first_name, last_name, zip"))
-        return {"user_id": user.user_id}
-
-    def user_details(args: GetUserDetailsArguments, context: ExecutionContext) -> Any:
-        user = _user(context.customer_id) if args.user_id == context.customer_id else None
-        if user is None:
-            raise Refused(user_not_found("user_id"))
-        return user_as_data(user)
-
-    def order_details(args: GetOrderDetailsArguments, context: ExecutionContext) -> Any:
-        order = book.order(context.customer_id, args.order_id)
-        if order is None:
-            raise Refused(order_not_found(args.order_id))
-        return order_as_data(order)
-
-    def product_details(args: GetProductDetailsArguments, context: ExecutionContext) -> Any:
-        product = book.product(args.product_id)
-        if product is None:
-            raise Refused(
-                Rejection(
-                    PRODUCT_NOT_FOUND,
-                    f"product_id: no product {args.product_id} (list_all_product_types gives "
-                    "every product's id; an item id is not a product id)",
-                )
-            )
-        return product_as_data(product)
-
-    def item_details(args: GetItemDetailsArguments, context: ExecutionContext) -> Any:
-        variant = book.variants([args.item_id]).get(args.item_id)
-        if variant is None:
-            raise Refused(
-                Rejection(
-                    ITEM_NOT_FOUND,
-                    f"item_id: no item {args.item_id} (get_product_details lists a product's "
-                    "items)",
-                )
-            )
-        return variant_as_data(variant)
-
-    def product_types(args: ListAllProductTypesArguments, context: ExecutionContext) -> Any:
-        return book.product_types()
-
-    def calculate(args: CalculateArguments, context: ExecutionContext) -> Any:
-        return {"result": calculated(args.expression)}
-
-    def transfer(args: TransferToHumanAgentsArguments, context: ExecutionContext) -> Any:
-        return {"result": "Transfer successful"}
-
-    def variants_of(args: _ItemChangeArguments) -> dict[str, VariantView]:
-        return book.variants(args.new_item_ids)
-
-    def cancel(args: CancelPendingOrderArguments, order: Any, user: UserView) -> Any:
-        return plan_cancel(order, user, args.reason)
-
-    def modify_items(args: ModifyPendingOrderItemsArguments, order: Any, user: UserView) -> Any:
-        return plan_modify_items(
-            order,
-            user,
-            args.item_ids,
-            args.new_item_ids,
-            args.payment_method_id,
-            variants_of(args),
-        )
-
-    def modify_address(args: ModifyPendingOrderAddressArguments, order: Any, user: Any) -> Any:
-        return plan_modify_address(order, args.address())
-
-    def modify_payment(args: ModifyPendingOrderPaymentArguments, order: Any, user: UserView) -> Any:
-        return plan_modify_payment(order, user, args.payment_method_id)
-
-    def return_items(args: ReturnDeliveredOrderItemsArguments, order: Any, user: UserView) -> Any:
-        return plan_return(order, user, args.item_ids, args.payment_method_id)
-
-    def exchange(args: ExchangeDeliveredOrderItemsArguments, order: Any, user: UserView) -> Any:
-        return plan_exchange(
-            order,
-            user,
-            args.item_ids,
-            args.new_item_ids,
-            args.payment_method_id,
-            variants_of(args),
-        )
-
-    def user_address(args: ModifyUserAddressArguments, order: Any, user: UserView) -> Any:
-        if args.user_id != user.user_id:
-            return user_not_found("user_id")
-        return plan_user_address(user, args.address())
-
-    return (
-        read_spec(
-            "find_user_id_by_email",
-            "Find user by email",
-            "Find the user id of the customer by their email. Read-only.",
-            FindUserIdByEmailArguments,
-            find_by_email,
-        ),
-        read_spec(
-            "find_user_id_by_name_zip",
-            "Find user by name and zip",
-            "Find the user id of the customer by first name, last name and zip code. Read-only.",
-            FindUserIdByNameZipArguments,
-            find_by_name_zip,
-        ),
-        read_spec(
-            "get_user_details",
-            "Get user details",
-            "The user's profile: name, address, email, payment methods and orders. Read-only.",
-            GetUserDetailsArguments,
-            user_details,
-        ),
-        read_spec(
-            "get_order_details",
-            "Get order details",
-            "One of the user's orders: status, items, fulfilments and payment history (amounts "
-            "in dollars). Read-only.",
-            GetOrderDetailsArguments,
-            order_details,
-        ),
-        read_spec(
-            "get_product_details",
-            "Get product details",
-            "A product and its variant items: options, availability and price. Read-only.",
-            GetProductDetailsArguments,
-            product_details,
-        ),
-        read_spec(
-            "get_item_details",
-            "Get item details",
-            "One variant item: options, availability and price. Read-only.",
-            GetItemDetailsArguments,
-            item_details,
-        ),
-        read_spec(
-            "list_all_product_types",
-            "List product types",
-            "Every product's name and product id. Read-only.",
-            ListAllProductTypesArguments,
-            product_types,
-        ),
-        read_spec(
-            "calculate",
-            "Calculate",
-            "Compute an arithmetic expression, rounded to cents. Read-only.",
-            CalculateArguments,
-            calculate,
-        ),
-        write_spec(
-            "cancel_pending_order",
-            "Cancel pending order",
-            "Cancel one of the user's pending orders, for a reason the user confirmed; what was "
-            "paid is refunded to the methods that paid it. Moves money; may be held for a human.",
-            CancelPendingOrderArguments,
-            cancel,
-            moves_money=True,
-            words=CANCEL_WORDS,
-        ),
-        write_spec(
-            "modify_pending_order_items",
-            "Modify pending order items",
-            "Change items of a pending order to other available options of the same products, "
-            "once per order; the price difference is paid or refunded with a method in the "
-            "profile. Moves money; may be held for a human.",
-            ModifyPendingOrderItemsArguments,
-            modify_items,
-            moves_money=True,
-            words=ORDER_CHANGE_WORDS,
-        ),
-        write_spec(
-            "modify_pending_order_address",
-            "Modify pending order address",
-            "Change the shipping address of a pending order. May be held for a human.",
-            ModifyPendingOrderAddressArguments,
-            modify_address,
-            moves_money=False,
-            words=ORDER_CHANGE_WORDS,
-        ),
-        write_spec(
-            "modify_pending_order_payment",
-            "Modify pending order payment",
-            "Pay a pending order with another method in the profile; the original payment is "
-            "refunded. Moves money; may be held for a human.",
-            ModifyPendingOrderPaymentArguments,
-            modify_payment,
-            moves_money=True,
-            words=ORDER_CHANGE_WORDS,
-        ),
-        write_spec(
-            "return_delivered_order_items",
-            "Return delivered order items",
-            "Request the return of items of a delivered order, refunded to the original payment "
-            "method or a gift card in the profile. Moves money; may be held for a human.",
-            ReturnDeliveredOrderItemsArguments,
-            return_items,
-            moves_money=True,
-            words=RETURN_WORDS,
-        ),
-        write_spec(
-            "exchange_delivered_order_items",
-            "Exchange delivered order items",
-            "Request the exchange of items of a delivered order for other available options of "
-            "the same products; the price difference is paid or refunded with a method in the "
-            "profile. Moves money; may be held for a human.",
-            ExchangeDeliveredOrderItemsArguments,
-            exchange,
-            moves_money=True,
-            words=EXCHANGE_WORDS,
-        ),
-        write_spec(
-            "modify_user_address",
-            "Modify user address",
-            "Change the user's default address. May be held for a human.",
-            ModifyUserAddressArguments,
-            user_address,
-            moves_money=False,
-            words=ADDRESS_WORDS,
-            answer=_user_answer,
-        ),
-        ToolSpec(
-            name="transfer_to_human_agents",
-            label="Transfer to a human agent",
-            description="Hand the conversation to a human agent, with a summary of the user's "
-            "issue; only when the request is outside what the tools can do.",
-            arguments=TransferToHumanAgentsArguments,
-            handler=transfer,
-            writes=True,
-            idempotent=True,
-            codes=(),
-            words=TRANSFER_WORDS,
-        ),
-    )
+    """The desk's tools on a book: the database's in the service, another in a test."""
+    return tuple(tool.spec(book) for tool in DESK)

@@ -12,8 +12,6 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince, timeuntil
 
-from approvals.money import money as format_money
-
 register = template.Library()
 
 # Each status with a sign of its own as well as a colour, so that none depends on telling colours
@@ -29,13 +27,6 @@ STATUSES = {
     "expired": ("◌", "Expired", "neutral"),
     "invalidated": ("⊘", "Invalidated", "neutral"),
 }
-
-
-@register.simple_tag
-def money(amount_cents: int | None, currency: str) -> str:
-    if amount_cents is None:
-        return ""
-    return format_money(amount_cents, currency) if currency else str(amount_cents)
 
 
 @register.simple_tag

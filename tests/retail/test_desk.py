@@ -4,6 +4,9 @@ user; the writes once per key."""
 
 from __future__ import annotations
 
+import html
+import re
+from collections import Counter
 from typing import Any
 
 import anyio
@@ -13,12 +16,12 @@ from django.test import Client
 
 from approvals.services import confirmation_reject
 from dispatch.models import Agent, Confirmation, ConfirmationStatus
-from dispatch.pipeline.tools import Refused, Rejection
+from dispatch.pipeline.tools import CheckContext, Money, Refused, Rejection
 from dispatch.services import agent_create
 from retail.book import OrderView, Plan, UserView, plan_cancel
 from retail.gateway import OrmRetailBook
-from retail.models import Operation, PaymentMethod, RetailOrder
-from retail.tools import RETAIL_TOOLS, calculated
+from retail.models import Operation, PaymentMethod, RetailOrder, RetailUser
+from retail.tools import RETAIL_TOOLS, calculated, retail_tools
 from tests.analytics.test_views import login_in_group
 from tests.approvals.test_pages import text
 from tests.dispatch.test_mcp import http_connect, mcp_url  # noqa: F401  (its fixture)
@@ -258,3 +261,66 @@ def test_mcp_serves_the_retail_tools_as_it_serves_the_order_tools(
     assert by_name["modify_user_address"].annotations.destructive_hint is False
     assert answer.is_error is False
     assert answer.structured_content["data"]["status"] == "pending"
+
+
+class _CountingBook(OrmRetailBook):
+    """The database's book, counting its reads of users and orders."""
+
+    def __init__(self) -> None:
+        self.reads: Counter[str] = Counter()
+
+    def user(self, customer_id: str) -> UserView | None:
+        self.reads["user"] += 1
+        return super().user(customer_id)
+
+    def order(self, customer_id: str, order_id: str) -> OrderView | None:
+        self.reads["order"] += 1
+        return super().order(customer_id, order_id)
+
+
+def test_a_writes_check_and_its_money_judge_its_plan_once(retail_db: dict[str, Any]) -> None:
+    book = _CountingBook()
+    [spec] = [spec for spec in retail_tools(book) if spec.name == "cancel_pending_order"]
+    assert spec.check is not None and spec.money is not None
+    arguments = spec.arguments.model_validate(CANCEL)
+    context = CheckContext(PAYPAL_CUSTOMER)
+
+    # As the gate asks: the check, then the money of the call that passed it.
+    refusal = spec.check(arguments, context)
+    money = spec.money(arguments, context)
+    judged_once = book.reads.copy()
+    # Asked again without a check, the money is judged afresh: the kept plan serves one call.
+    again = spec.money(arguments, context)
+
+    assert refusal is None
+    assert money == again == Money(18_203, "USD", PAYPAL_ORDER)
+    assert judged_once == Counter(user=1, order=1)
+    assert book.reads == Counter(user=2, order=2)
+
+
+def test_a_held_calls_their_orders_leads_to_the_customers_retail_orders(
+    client: Client, retail_db: dict[str, Any], desk_agent: tuple[Agent, str]
+) -> None:
+    held = post(client, desk_agent[1], "cancel_pending_order", CANCEL)
+    manager = User.objects.create_user("maria", password="pw")
+    manager.groups.add(Group.objects.get_or_create(name="managers")[0])
+    client.force_login(manager)
+    confirmation = client.get(f"/records/confirmations/{held['data']['confirmation_id']}/")
+    [their_orders] = re.findall(r'href="([^"]+)">their orders<', confirmation.content.decode())
+
+    orders = client.get(html.unescape(their_orders))
+    everyone = text(client.get("/records/orders/"))
+    by_order = text(client.get("/records/orders/", {"customer": PAYPAL_CUSTOMER, "order": "W29"}))
+
+    assert held["code"] == "CONFIRMATION_REQUIRED"
+    assert their_orders == f"/records/orders/?customer={PAYPAL_CUSTOMER}"
+    page = text(orders)
+    assert f"Retail desk: orders of {PAYPAL_CUSTOMER}" in page
+    assert "Order Status Items Paid Paid with Ships to" in page
+    assert "#W2974929 pending Skateboard 3877188862 $182.03 paypal_7916550" in page
+    # Every one of the customer's orders, and no one else's.
+    user = RetailUser.objects.get(user_id=PAYPAL_CUSTOMER)
+    shown = re.findall(r"#W\d+", page)
+    assert shown == list(user.orders.order_by("user_position").values_list("order_id", flat=True))
+    assert "#W2974929" in by_order and len(re.findall(r"#W\d+", by_order)) == 1
+    assert "orders of" not in everyone and "listed by customer: filter by one" in everyone
