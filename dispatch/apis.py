@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -170,17 +171,14 @@ class CallCreateApi(AgentApi):
         },
     )
     def post(self, request: Request) -> Response | HttpResponse:
+        agent = self.agent(request)
         envelope = self._envelope(request)
         key = self._idempotency_key(request)
         if key is None:
-            return Response(self._dispatch(self.agent(request), envelope).as_dict())
-        return self._keyed(self.agent(request), envelope, key)
-
-    def _keyed(self, agent: Agent, envelope: CallEnvelope, key: str) -> HttpResponse:
-        """The call under the host's Idempotency-Key (dispatch/host_keys.py): the final answer
-        to the key if it has one, else the call's, run in the session of the key's first request
-        and kept against the key if final."""
-        answer = host_keys.host_key_claim(
+            return Response(_call(agent, envelope, session_id=envelope.session_id).as_dict())
+        # Under the host's Idempotency-Key (dispatch/host_keys.py): the key's final answer if it
+        # has one, else the call's, run in the session of the key's first request.
+        claimed = host_keys.host_key_claim(
             agent=agent,
             key=key,
             request_hash=host_keys.request_hash(
@@ -188,51 +186,24 @@ class CallCreateApi(AgentApi):
             ),
             session_id=envelope.session_id,
         )
-        if isinstance(answer, host_keys.Answer):
+        if isinstance(claimed, host_keys.Answer):
             replayed = HttpResponse(
-                answer.body, status=answer.status_code, content_type="application/json"
+                claimed.body, status=claimed.status_code, content_type="application/json"
             )
             replayed["Idempotent-Replayed"] = "true"
             return replayed
-        claim = answer
-
-        def keep(result: CallResult) -> None:
-            if host_keys.answer_is_final(result):
-                host_keys.host_key_answer(claim=claim, status_code=200, body=_rendered(result))
-            else:
-                # The call may yet finish: the same request with this key runs it again in the
-                # claim's session, where the pipeline finishes it under its own key.
-                host_keys.host_key_unfinished(claim=claim, status_code=200, body=_rendered(result))
-
         try:
-            result = self._dispatch(agent, envelope, session_id=claim.session_id, on_result=keep)
+            result = _call(
+                agent,
+                envelope,
+                session_id=claimed.session_id,
+                on_result=partial(_key_answer_keep, claimed),
+            )
         except BaseException:
             # An envelope error or a failure is not the key's answer: the key is given up.
-            host_keys.host_key_release(claim=claim)
+            host_keys.host_key_release(claim=claimed)
             raise
         return HttpResponse(_rendered(result), content_type="application/json")
-
-    @staticmethod
-    def _dispatch(
-        agent: Agent,
-        envelope: CallEnvelope,
-        *,
-        session_id: str | None = None,
-        on_result: Callable[[CallResult], None] | None = None,
-    ) -> CallResult:
-        """The envelope's call, in `session_id` if given rather than the envelope's."""
-        try:
-            return call_dispatch(
-                agent=agent,
-                session_id=session_id or envelope.session_id,
-                customer_id=envelope.customer_id,
-                tool=envelope.tool,
-                arguments=envelope.arguments,
-                context=envelope.context,
-                on_result=on_result,
-            )
-        except SessionConflict:
-            raise SessionBoundElsewhere() from None
 
     @staticmethod
     def _idempotency_key(request: Request) -> str | None:
@@ -298,6 +269,38 @@ class CallCreateApi(AgentApi):
             return
         shown = repr(sent[:64]) if sent else "no Content-Type"
         raise UnsupportedBody(f"The body must be sent as application/json (UTF-8), not {shown}.")
+
+
+def _call(
+    agent: Agent,
+    envelope: CallEnvelope,
+    *,
+    session_id: str,
+    on_result: Callable[[CallResult], None] | None = None,
+) -> CallResult:
+    """The envelope's call, in `session_id` (the envelope's, or its key's first request's)."""
+    try:
+        return call_dispatch(
+            agent=agent,
+            session_id=session_id,
+            customer_id=envelope.customer_id,
+            tool=envelope.tool,
+            arguments=envelope.arguments,
+            context=envelope.context,
+            on_result=on_result,
+        )
+    except SessionConflict:
+        raise SessionBoundElsewhere() from None
+
+
+def _key_answer_keep(claim: host_keys.Claim, result: CallResult) -> None:
+    """The call's answer kept against its key, in the call's transaction: as the key's answer
+    if final, else as unfinished (the same request with this key runs it again in the claim's
+    session, where the pipeline finishes it under its own key)."""
+    if host_keys.answer_is_final(result):
+        host_keys.host_key_answer(claim=claim, status_code=200, body=_rendered(result))
+    else:
+        host_keys.host_key_unfinished(claim=claim, status_code=200, body=_rendered(result))
 
 
 def _rendered(result: CallResult) -> bytes:
