@@ -7,7 +7,9 @@
     if result.held:
         final = toolgate.wait(result.confirmation_id)
 
-It depends on `requests` only, and on nothing else of the project.
+It depends on `requests` only, and on nothing else of the project. For asyncio hosts,
+`toolgate_client.aio.AsyncToolgate` has the same operations, awaited, on `httpx`
+(`pip install 'toolgate[async]'`).
 """
 
 from toolgate_client.client import Toolgate

@@ -9,32 +9,14 @@ from typing import Any
 
 import requests
 
+from toolgate_client.envelope import call_envelope, error_from, request_headers
 from toolgate_client.types import (
-    AuthenticationError,
     CallResult,
     Confirmation,
-    ConflictError,
     ConnectionFailedError,
-    MalformedRequestError,
-    NotFoundError,
-    PermissionDeniedError,
-    ServerError,
-    ThrottledError,
     ToolgateError,
     WaitTimeoutError,
 )
-
-_ERRORS: dict[int, type[ToolgateError]] = {
-    400: MalformedRequestError,
-    401: AuthenticationError,
-    403: PermissionDeniedError,
-    404: NotFoundError,
-    409: ConflictError,
-    413: MalformedRequestError,
-    415: MalformedRequestError,
-    422: MalformedRequestError,
-    429: ThrottledError,
-}
 
 
 class Toolgate:
@@ -95,17 +77,13 @@ class Toolgate:
     ) -> CallResult:
         """Send one tool call as the model produced it: its raw argument text (best: Toolgate
         judges the text itself), or the JSON value the host parsed from it."""
-        customer = customer_id or self.customer_id
-        if not customer:
-            raise ValueError("call() needs a customer_id, here or in Toolgate(...)")
-        envelope: dict[str, Any] = {
-            "session_id": session_id or self.session_id,
-            "customer_id": customer,
-            "tool": tool,
-            "arguments": dict(arguments) if isinstance(arguments, Mapping) else arguments,
-        }
-        if context is not None:
-            envelope["context"] = context
+        envelope = call_envelope(
+            tool,
+            arguments,
+            session_id=session_id or self.session_id,
+            customer_id=customer_id or self.customer_id,
+            context=context,
+        )
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         document = self._json("POST", "/api/v1/calls", json=envelope, headers=headers)
         return CallResult.from_json(document)
@@ -152,10 +130,7 @@ class Toolgate:
     ) -> requests.Response:
         """The raw response, whatever its status, and requests' own exceptions: for what the
         typed methods do not cover."""
-        sent = {"Content-Type": "application/json"} if json is not None or data else {}
-        if self.token is not None:
-            sent["Authorization"] = f"Token {self.token}"
-        sent.update(headers or {})
+        sent = request_headers(self.token, has_body=json is not None or bool(data), extra=headers)
         return self.http.request(
             method,
             f"{self.base_url}{path}",
@@ -194,22 +169,10 @@ class Toolgate:
 
 def error_of(response: requests.Response, document: Any) -> ToolgateError:
     """The exception for an answer that is not a 200 with JSON: the envelope's own words."""
-    error = document.get("error") if isinstance(document, dict) else None
-    status = response.status_code
-    kind = _ERRORS.get(status, ServerError)
-    if not isinstance(error, dict):
-        return kind(
-            f"{response.request.method} {response.url} answered {status} with no error envelope",
-            status=status,
-            code="unexpected_answer",
-            retryable=status >= 500,
-        )
-    retry_after = response.headers.get("Retry-After")
-    return kind(
-        str(error.get("message", "")),
-        status=status,
-        code=str(error.get("code", "error")),
-        retryable=bool(error.get("retryable", False)),
-        retry_after=float(retry_after) if retry_after and retry_after.isdigit() else None,
-        error_id=error.get("error_id"),
+    return error_from(
+        status=response.status_code,
+        method=str(response.request.method),
+        url=response.url,
+        retry_after=response.headers.get("Retry-After"),
+        document=document,
     )
