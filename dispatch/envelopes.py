@@ -113,6 +113,10 @@ class ConfirmationDoc(BaseModel):
         description="pending, approved, executing, executed, failed, unknown, rejected, expired "
         "or invalidated"
     )
+    final: bool = Field(
+        description="true once nothing follows (executed, failed, unknown, rejected, expired or "
+        "invalidated): stop polling"
+    )
     tool: str
     summary: str = Field(
         description="the call in its tool's own words, for a person: its label, then the amount "

@@ -8,7 +8,14 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from dispatch.held_money import held_money_of
-from dispatch.models import Agent, AuditRecord, Confirmation, ConfirmationStatus, Session
+from dispatch.models import (
+    CONFIRMATION_FINAL,
+    Agent,
+    AuditRecord,
+    Confirmation,
+    ConfirmationStatus,
+    Session,
+)
 from dispatch.pipeline.tools import ToolSpec
 from dispatch.registry import tool_registry
 
@@ -63,6 +70,8 @@ def confirmation_state(confirmation: Confirmation) -> dict[str, Any]:
     return {
         "confirmation_id": confirmation.id,
         "status": status,
+        # Nothing follows: the host stops polling (no list of statuses to keep in step).
+        "final": status in CONFIRMATION_FINAL,
         "tool": confirmation.tool,
         "summary": confirmation_summary(confirmation),
         "arguments": confirmation.arguments,

@@ -78,7 +78,10 @@ class Confirmation:
 
     @property
     def final(self) -> bool:
-        return self.status in FINAL_STATUSES
+        """The server's word that nothing follows; the known final statuses for a server that
+        does not say."""
+        said = self.document.get("final")
+        return said if isinstance(said, bool) else self.status in FINAL_STATUSES
 
     @property
     def model_text(self) -> str:

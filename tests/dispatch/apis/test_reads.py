@@ -294,7 +294,7 @@ def test_a_held_call_shows_its_state(api: AgentClient, ledger: Ledger) -> None:
     assert response.status_code == 200
     state = response.json()
     assert state["confirmation_id"] == confirmation_id
-    assert state["status"] == "pending"
+    assert (state["status"], state["final"]) == ("pending", False)
     assert state["tool"] == "refund_order"
     assert state["arguments"] == {
         "order_id": "ORD-1001",
@@ -341,7 +341,7 @@ def test_a_pending_confirmation_past_its_expiry_shows_expired(
 
     state = api.get(f"/api/v1/confirmations/{confirmation_id}").json()
 
-    assert state["status"] == "expired"
+    assert (state["status"], state["final"]) == ("expired", True)
     assert Confirmation.objects.get(pk=confirmation_id).status == "pending"
     assert ledger.state() == (0, 0)
 
