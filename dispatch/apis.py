@@ -326,8 +326,11 @@ class ToolListApi(AgentApi):
                     '`{"type": "function", "function": {"name", "description", "parameters"}}`, '
                     'with `"strict": true` where the schema is one OpenAI\'s strict mode accepts '
                     "(every object closed, every property required, only supported keywords). "
-                    '`anthropic`: Messages API tools, `{"name", "description", "input_schema"}`. '
-                    "Any other value is a 400."
+                    "`responses`: the Responses API's function tools, flat, "
+                    '`{"type": "function", "name", "description", "parameters", "strict"}`. '
+                    '`anthropic`: Messages API tools, `{"name", "description", "input_schema"}`, '
+                    'with `"strict": true` where Anthropic\'s strict tool use accepts the schema '
+                    "(no numeric or length bounds). Any other value is a 400."
                 ),
             )
         ],

@@ -63,7 +63,8 @@ class AsyncToolgate:
     # The operations -------------------------------------------------------------------------
 
     async def tools(self, format: str | None = None) -> list[dict[str, Any]]:
-        """The tools this agent may call: Toolgate's own shape, or "openai" or "anthropic"."""
+        """The tools this agent may call: Toolgate's own shape, or "openai" (Chat Completions),
+        "responses" (the Responses API) or "anthropic"."""
         params = {"format": format} if format else None
         document = await self._json("GET", "/api/v1/tools", params=params)
         listed: list[dict[str, Any]] = document["tools"]

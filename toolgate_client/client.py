@@ -55,7 +55,8 @@ class Toolgate:
     # The operations -------------------------------------------------------------------------
 
     def tools(self, format: str | None = None) -> list[dict[str, Any]]:
-        """The tools this agent may call: Toolgate's own shape, or "openai" or "anthropic"."""
+        """The tools this agent may call: Toolgate's own shape, or "openai" (Chat Completions),
+        "responses" (the Responses API) or "anthropic"."""
         params = {"format": format} if format else None
         listed: list[dict[str, Any]] = self._json("GET", "/api/v1/tools", params=params)["tools"]
         return listed

@@ -1,4 +1,5 @@
-"""The vendor formats of a tool declaration, and when the OpenAI one may say strict."""
+"""The vendor formats of a tool declaration, and when the OpenAI and Anthropic ones may say
+strict."""
 
 from __future__ import annotations
 
@@ -6,9 +7,15 @@ import copy
 from typing import Any, Literal
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from dispatch.formats import anthropic, openai, openai_strict_accepts
+from dispatch.formats import (
+    anthropic,
+    anthropic_strict_accepts,
+    openai,
+    openai_strict_accepts,
+    responses,
+)
 from dispatch.pipeline.tools import ToolSpec
 
 ACCEPTED: dict[str, Any] = {
@@ -136,11 +143,88 @@ def test_the_openai_format_leaves_strict_out_for_a_declaration_it_would_refuse()
     assert tool["function"]["parameters"] == spec.json_schema()
 
 
-def test_the_anthropic_format_is_name_description_and_input_schema() -> None:
+def test_the_anthropic_format_is_name_description_and_input_schema_strict_where_accepted() -> None:
     spec = spec_of(ParcelArguments)
 
     assert anthropic(spec) == {
         "name": "ship_parcel",
         "description": "a tool",
         "input_schema": spec.json_schema(),
+        "strict": True,
     }
+
+
+def test_the_anthropic_format_leaves_strict_out_for_bounds_anthropic_does_not_take() -> None:
+    spec = spec_of(LabelArguments)
+
+    tool = anthropic(spec)
+
+    assert "strict" not in tool
+    assert tool["input_schema"] == spec.json_schema()
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("properties", "weight_grams", "minimum"), 1),
+        (("properties", "parcel_id", "maxLength"), 8),
+        (("properties", "items", "maxItems"), 5),
+        (("properties", "items", "minItems"), 2),
+        (("properties", "parcel_id", "pattern"), "^(?=P)P-[0-9]+$"),
+        (("properties", "parcel_id", "pattern"), "^(a)\\1$"),
+        (("additionalProperties",), True),
+    ],
+    ids=["minimum", "maxLength", "maxItems", "minItems 2", "lookahead", "backreference", "open"],
+)
+def test_anthropic_strict_refuses_what_its_grammar_does_not_take(
+    path: tuple[str, ...], value: Any
+) -> None:
+    plain = changed(("properties", "weight_grams"), {"type": "integer"})
+    plain["properties"]["items"].pop("maxItems")
+
+    assert anthropic_strict_accepts(plain) is True
+    bent = copy.deepcopy(plain)
+    node = bent
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    assert anthropic_strict_accepts(bent) is False
+
+
+def test_anthropic_strict_lets_a_property_be_optional() -> None:
+    schema = changed(("properties", "weight_grams"), {"type": "integer"})
+    schema["properties"]["items"].pop("maxItems")
+    schema["required"] = ["parcel_id"]
+
+    assert anthropic_strict_accepts(schema) is True
+    assert openai_strict_accepts(schema) is False
+
+
+@pytest.mark.parametrize("arguments", [ParcelArguments, LabelArguments])
+def test_the_formats_are_what_the_vendors_own_types_take(arguments: type[BaseModel]) -> None:
+    from anthropic.types import ToolParam
+    from openai.types.chat import ChatCompletionToolParam
+    from openai.types.responses import FunctionToolParam
+
+    spec = spec_of(arguments)
+
+    for shape, param in (
+        (openai(spec), ChatCompletionToolParam),
+        (responses(spec), FunctionToolParam),
+        (anthropic(spec), ToolParam),
+    ):
+        checked = TypeAdapter(param).validate_python(shape, strict=True)
+        assert checked == shape
+
+
+def test_the_responses_format_is_flat_and_always_says_strict() -> None:
+    strict, loose = spec_of(ParcelArguments), spec_of(LabelArguments)
+
+    assert responses(strict) == {
+        "type": "function",
+        "name": "ship_parcel",
+        "description": "a tool",
+        "parameters": strict.json_schema(),
+        "strict": True,
+    }
+    assert responses(loose)["strict"] is False

@@ -92,7 +92,7 @@ def test_tools_lists_the_agents_tools_in_each_format(toolgate: Toolgate) -> None
 
     assert sorted(tool["name"] for tool in neutral) == ["get_order", "refund_order"]
     assert sorted(tool["function"]["name"] for tool in openai) == ["get_order", "refund_order"]
-    assert all(set(tool) == {"name", "description", "input_schema"} for tool in anthropic)
+    assert all(set(tool) <= {"name", "description", "input_schema", "strict"} for tool in anthropic)
 
 
 def test_an_unknown_format_raises_the_400_with_the_apis_message(toolgate: Toolgate) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from dispatch.formats import openai_strict_accepts
+from dispatch.formats import anthropic_strict_accepts, openai_strict_accepts
 from dispatch.models import Agent, Confirmation
 from dispatch.registry import tool_registry
 from retail.book import RETAIL_CODES
@@ -79,11 +79,22 @@ def test_the_openai_format_says_strict_exactly_where_strict_mode_accepts_the_sch
     assert all(function["strict"] is True for function in listed.values())
 
 
+def test_the_responses_format_is_a_list_of_flat_function_tools(api: AgentClient) -> None:
+    listed = tools(api, "responses")
+
+    assert sorted(tool["name"] for tool in listed) == ["get_order", "refund_order"]
+    for tool in listed:
+        assert set(tool) == {"type", "name", "description", "parameters", "strict"}
+        assert tool["type"] == "function"
+        assert tool["strict"] is openai_strict_accepts(tool["parameters"])
+
+
 def test_the_anthropic_format_is_a_list_of_tools_with_an_input_schema(api: AgentClient) -> None:
     listed = tools(api, "anthropic")
 
     for tool in listed:
-        assert set(tool) == {"name", "description", "input_schema"}
+        assert set(tool) <= {"name", "description", "input_schema", "strict"}
+        assert tool.get("strict", False) is anthropic_strict_accepts(tool["input_schema"])
         assert tool["input_schema"]["type"] == "object"
     assert sorted(tool["name"] for tool in listed) == ["get_order", "refund_order"]
 
@@ -134,7 +145,9 @@ def test_an_unknown_format_is_a_400(api: AgentClient) -> None:
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["status"] == 400
-    assert error["message"] == "format: must be one of anthropic, neutral, openai, not 'gemini'"
+    assert error["message"] == (
+        "format: must be one of anthropic, neutral, openai, responses, not 'gemini'"
+    )
 
 
 # GET /api/v1/codes ---------------------------------------------------------------------------
