@@ -22,6 +22,7 @@ from dispatch.pipeline.tools import (
     CheckContext,
     ExecutionContext,
     Money,
+    MoneyFromState,
     Refused,
     Rejection,
     Risk,
@@ -496,7 +497,7 @@ def retail_tools(book: RetailBook) -> tuple[ToolSpec[Any], ...]:
             review=review,
             words=words,
             outcome_of=book.outcome,
-            money=money if moves_money else None,
+            money=MoneyFromState(money) if moves_money else None,
         )
 
     def user_review(user: UserView | None, customer_id: str) -> ReviewView:

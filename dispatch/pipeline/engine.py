@@ -541,13 +541,10 @@ class Pipeline:
     ) -> AllowanceRequest | None:
         """The money request stage 7 makes, made before the opening where the tool's money is
         its arguments' (a store may lock and read its history with the opening)."""
-        if not spec.writes or spec.money is not None:
-            return None
-        amount = spec.amount_of(arguments)
-        if amount is None:
+        money = spec.money_ahead(arguments) if spec.writes else None
+        if money is None:
             return None
         now = self.clock()
-        money = Money(amount, spec.currency_of(arguments), spec.subject_of(arguments))
         expires_at = now + timedelta(seconds=policy.confirmation_ttl_seconds)
         return _allowance_request(call, spec, key, money, policy, now, self.new_id(), expires_at)
 
