@@ -381,8 +381,7 @@ def rules_refusal(
     refusal = business_rules(spec, arguments, context)
     if refusal is not None:
         return refusal
-    # What was read ahead is the check's first read: the money of a tool with a check is read
-    # from the state it left.
+    # What was read ahead is the check's first read: a tool with a check reads its money live.
     money = spec.money_of(arguments, CheckContext(customer_id, None) if spec.check else context)
     refusal = policy_limits(spec, money, policy)
     return money if refusal is None else refusal
@@ -670,8 +669,8 @@ class Pipeline:
         if refusal is not None:
             return _answered(spec, call_id, _KEY_OPEN, refusal.code, refusal.message, refusal.data)
 
-        # 6. The agent's policy limits, on the money the call moves (for a tool with a check,
-        # read from the state the check left).
+        # 6. The agent's policy limits, on the money the call moves (read live by a tool with a
+        # check: what was read ahead was the check's).
         money = spec.money_of(
             arguments, CheckContext(call.customer_id, None) if spec.check else context
         )
