@@ -17,7 +17,7 @@ from dispatch.models import AuditRecord, Confirmation, Movement
 from dispatch.pipeline import codes
 from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, OK
 from dispatch.pipeline.policy import Policy
-from dispatch.pipeline.tools import ToolSpec
+from dispatch.pipeline.tools import MoneyFromArguments, MoneyFromState, ToolSpec
 from dispatch.pipeline.what_if import (
     AUTO_EXECUTED,
     ONE_REVIEWER,
@@ -149,16 +149,14 @@ def _tables() -> tuple[str, str]:
 
 
 def _moving() -> list[ToolSpec[Any]]:
-    return [
-        spec for spec in tool_registry if spec.amount_field is not None or spec.money is not None
-    ]
+    return [spec for spec in tool_registry if spec.money is not None]
 
 
 def _reserved_join() -> tuple[str, list[Any]]:
     """The money a call moved without a human, for the tools whose money comes from their
-    subject's state (ToolSpec.money) rather than their arguments: the reservation made under the
+    subject's state (MoneyFromState) rather than their arguments: the reservation made under the
     call's key (a held call's is on its confirmation)."""
-    by_state = [spec.name for spec in tool_registry if spec.money is not None]
+    by_state = [spec.name for spec in tool_registry if isinstance(spec.money, MoneyFromState)]
     if not by_state:
         return "", []
     movement = connection.ops.quote_name(Movement._meta.db_table)
@@ -167,20 +165,17 @@ def _reserved_join() -> tuple[str, list[Any]]:
 
 
 def _columns() -> tuple[str, list[Any]]:
-    """What a replay reads of a call, with its parameters: the arguments' subject, currency and
-    amount by what each tool declares, and its confirmation's fate."""
+    """What a replay reads of a call, with its parameters: its money's subject, currency and
+    amount as each tool declares them, and its confirmation's fate."""
     params: list[Any] = []
     arguments = []
-    for kind in ("subject_field", "currency_field", "amount_field"):
+    for part in ("subject", "currency", "amount"):
         cases = []
         for spec in _moving():
-            field = getattr(spec, kind)
-            if spec.money is not None and kind in _RESERVED:
-                cases.append(f"WHEN %s THEN {_RESERVED[kind]}")
-                params.append(spec.name)
-            elif field is not None:
-                cases.append(f"WHEN %s THEN {_argument_sql()}")
-                params += [spec.name, _argument_path(field)]
+            sql, more = _money_sql(spec, part)
+            if sql:
+                cases.append(f"WHEN %s THEN {sql}")
+                params += [spec.name, *more]
         arguments.append(f"CASE a.tool {' '.join(cases)} END" if cases else "NULL")
     moments = ", ".join(_moment_sql(column) for column in _MOMENTS)
     columns = f"""a.call_id, a.agent_id, a.session_id, a.customer_id, a.tool, a.code,
@@ -188,11 +183,25 @@ def _columns() -> tuple[str, list[Any]]:
     return columns, params
 
 
-# Where the money of a tool with ToolSpec.money is read: its confirmation's if it was held, else
+def _money_sql(spec: ToolSpec[Any], part: str) -> tuple[str, list[Any]]:
+    """Where a call of the tool keeps one part of its money, with its parameters; "" where it
+    keeps none. The subject is always an argument; the currency and the amount are arguments or,
+    for money from the subject's state, the confirmation's or the reservation's."""
+    money = spec.money
+    if part == "subject":
+        field = spec.subject_field
+    elif isinstance(money, MoneyFromArguments):
+        field = money.amount if part == "amount" else money.currency
+    else:
+        return _RESERVED[part], []
+    return ("", []) if field is None else (_argument_sql(), [_argument_path(field)])
+
+
+# Where the money of a tool with MoneyFromState is read: its confirmation's if it was held, else
 # its reservation's (_reserved_join).
 _RESERVED = {
-    "currency_field": "COALESCE(NULLIF(c.currency, ''), m.currency)",
-    "amount_field": "CAST(COALESCE(c.amount_cents, m.amount_cents) AS TEXT)",
+    "currency": "COALESCE(NULLIF(c.currency, ''), m.currency)",
+    "amount": "CAST(COALESCE(c.amount_cents, m.amount_cents) AS TEXT)",
 }
 
 

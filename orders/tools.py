@@ -18,6 +18,7 @@ from dispatch.pipeline.state import Lookup
 from dispatch.pipeline.tools import (
     CheckContext,
     ExecutionContext,
+    MoneyFromArguments,
     Refused,
     Rejection,
     Risk,
@@ -238,9 +239,8 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             # same session is replayed, never refunded twice.
             destructive=True,
             idempotent=True,
-            amount_field="amount_cents",
-            currency_field="currency",
             subject_field="order_id",
+            money=MoneyFromArguments(amount="amount_cents", currency="currency"),
             codes=(ORDER_NOT_FOUND, CURRENCY_MISMATCH, AMOUNT_EXCEEDS_REFUNDABLE),
             lookup=_the_order,
             review=refund_review,

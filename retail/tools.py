@@ -28,6 +28,7 @@ from dispatch.pipeline.tools import (
     CheckContext,
     ExecutionContext,
     Money,
+    MoneyFromState,
     Refused,
     Rejection,
     Risk,
@@ -500,7 +501,7 @@ class Judged:
             review=review,
             words=self.words,
             outcome_of=book.outcome,
-            money=money if self.moves_money else None,
+            money=MoneyFromState(money) if self.moves_money else None,
         )
 
 

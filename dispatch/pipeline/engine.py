@@ -1,5 +1,11 @@
 """The pipeline: nine stages, in order; the first that fails ends the call with a stable code.
 
+Each stage is named for what it judges, and Pipeline._run calls them in their order: 0
+step_budget, 1 allowed_tool, 2 strict_json, 3 valid_arguments, 4 Pipeline._idempotency, 5
+business_rules, 6 policy_limits, 7 Pipeline._human_confirmation, 8 execute_with_retries. Stages 1
+to 3 touch no state and run first (Pipeline.prepare), so that the store counts the step and claims
+the key in one request; their verdict still comes after stage 0's.
+
 It never raises for anything a caller sent: every outcome is a CallResult, and every call leaves
 exactly one audit record.
 """
@@ -14,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
@@ -36,6 +42,7 @@ from dispatch.pipeline.policy import HumanRule, Policy
 from dispatch.pipeline.results import CallResult, compact_json, make_result
 from dispatch.pipeline.state import (
     AuditEntry,
+    Claim,
     ClaimRequest,
     KeyStatus,
     PendingConfirmation,
@@ -177,17 +184,15 @@ class _Trace:
     executing: bool = False
 
 
-# A call that passed stages 1 to 3: its tool, its arguments (the model, and as JSON values), their
-# canonical JSON and its idempotency key.
-_Checked: TypeAlias = tuple[ToolSpec[Any], BaseModel, Mapping[str, Any], str, str]
-# The same, with what the store read ahead when the call opened: what stages 5 to 8 work on.
-# What stages 5 to 8 start from: the checked call, what the opening read ahead, and the money
-# request made with it (if any).
-_CheckedCall: TypeAlias = tuple[
-    ToolSpec[Any], BaseModel, Mapping[str, Any], str, ReadAhead | None, AllowanceRequest | None
-]
-# The outcome of stages 5 to 8 and the status it leaves the idempotency key in.
-Execution: TypeAlias = tuple[CallResult, KeyStatus]
+class CheckedCall(NamedTuple):
+    """A call that passed stages 1 to 3."""
+
+    spec: ToolSpec[Any]
+    # Its arguments as the tool's model, as JSON values, and those as canonical JSON.
+    arguments: BaseModel
+    validated: Mapping[str, Any]
+    canonical: str
+    key: str
 
 
 class PreparedCall(NamedTuple):
@@ -200,12 +205,38 @@ class PreparedCall(NamedTuple):
     at: datetime
     started: float
     # What passed stages 1 to 3, or the result that ended the call there.
-    checked: _Checked | CallResult
+    checked: CheckedCall | CallResult
 
     @property
     def writes(self) -> bool:
         """Whether the call goes on to claim a write's key (an adapter's cue for a transaction)."""
-        return not isinstance(self.checked, CallResult) and self.checked[0].writes
+        return not isinstance(self.checked, CallResult) and self.checked.spec.writes
+
+
+class ClaimedCall(NamedTuple):
+    """A call whose key stage 4 gave it, with what the store read as the call opened."""
+
+    checked: CheckedCall
+    # The tool's lookup, if the store read it with the opening: stage 5's first read.
+    read_ahead: ReadAhead | None
+    # The money request stage 7 makes, made before the opening where the tool's money is its
+    # arguments' (the store may have read its history with the opening).
+    allowance: AllowanceRequest | None
+
+
+class Execution(NamedTuple):
+    """The outcome of stages 5 to 8, and the status it leaves the idempotency key in."""
+
+    result: CallResult
+    status: KeyStatus
+
+
+class Refusal(NamedTuple):
+    """Why a call does not pass a stage: its code, words for the model, and data."""
+
+    code: Code
+    message: str
+    data: Mapping[str, Any] = {}
 
 
 def _rejected(call: ToolCall, call_id: str, code: Code, message: str) -> CallResult:
@@ -235,15 +266,21 @@ def _answered(
     result = make_result(
         call_id=call_id, tool=spec.name, code=code, message=message, data=data, retryable=retryable
     )
-    return result, status
+    return Execution(result, status)
 
 
-class Refusal(NamedTuple):
-    """Why a call does not pass a check: its code, words for the model, and data."""
+# The stages, in order --------------------------------------------------------------------------
 
-    code: Code
-    message: str
-    data: Mapping[str, Any] = {}
+
+def step_budget(step: int, policy: Policy) -> Refusal | None:
+    """Stage 0: the session's calls, this one counted, within the policy's budget."""
+    if step <= policy.step_budget:
+        return None
+    return Refusal(
+        codes.STEP_LIMIT,
+        f"This session has used its budget of {policy.step_budget} calls; "
+        "hand the conversation over to a human.",
+    )
 
 
 def allowed_tool(registry: ToolRegistry, policy: Policy, name: str) -> ToolSpec[Any] | Refusal:
@@ -261,6 +298,22 @@ def allowed_tool(registry: ToolRegistry, policy: Policy, name: str) -> ToolSpec[
     return spec
 
 
+def strict_json(
+    spec: ToolSpec[Any], raw: str | Mapping[str, Any], max_bytes: int
+) -> dict[str, Any] | Refusal:
+    """Stage 2: the arguments as one strict JSON object within the size limit."""
+    try:
+        if isinstance(raw, str):
+            return loads_object(raw, max_bytes=max_bytes)
+        return check_object(raw, max_bytes=max_bytes)
+    except StrictJSONError as exc:
+        return Refusal(
+            codes.INVALID_JSON,
+            f"arguments: {exc} (send exactly one JSON object with the fields: "
+            f"{', '.join(spec.arguments.model_fields)})",
+        )
+
+
 def valid_arguments(spec: ToolSpec[Any], document: Mapping[str, Any]) -> BaseModel | Refusal:
     """Stage 3: the arguments validated strictly against the tool's schema."""
     try:
@@ -273,33 +326,32 @@ def valid_arguments(spec: ToolSpec[Any], document: Mapping[str, Any]) -> BaseMod
     return model
 
 
-def rules_refusal(
-    spec: ToolSpec[Any],
-    arguments: BaseModel,
-    customer_id: str,
-    policy: Policy,
-    read_ahead: ReadAhead | None = None,
-) -> Refusal | Money | None:
-    """Stages 5 and 6: the tool's business rules against the live state, then the policy's
-    limits. What passes is the money the call moves (None for none)."""
-    context = CheckContext(customer_id, read_ahead)
-    if spec.check is not None:
-        rejection = spec.check(arguments, context)
-        if rejection is not None:
-            return Refusal(rejection.code, rejection.message, rejection.data)
-    money = spec.money_of(arguments, CheckContext(customer_id, None) if spec.check else context)
+# Stage 4, idempotency, is the store's claim of the key: Pipeline._idempotency.
+
+
+def business_rules(
+    spec: ToolSpec[Any], arguments: BaseModel, context: CheckContext
+) -> Refusal | None:
+    """Stage 5: the tool's business rules against the live state."""
+    if spec.check is None:
+        return None
+    rejection = spec.check(arguments, context)
+    if rejection is None:
+        return None
+    return Refusal(rejection.code, rejection.message, rejection.data)
+
+
+def policy_limits(spec: ToolSpec[Any], money: Money | None, policy: Policy) -> Refusal | None:
+    """Stage 6: the money the call moves within the policy's maximum per call."""
     if money is None:
         return None
     limits = policy.limits(money.currency)
     # A currency without thresholds has no maximum either: it is held for a human (stage 7).
-    if limits is not None and money.amount_cents > limits.max_amount_cents:
-        return over_maximum(
-            spec.amount_field or "amount",
-            money.amount_cents,
-            money.currency,
-            limits.max_amount_cents,
-        )
-    return money
+    if limits is None or money.amount_cents <= limits.max_amount_cents:
+        return None
+    return over_maximum(
+        spec.amount_field or "amount", money.amount_cents, money.currency, limits.max_amount_cents
+    )
 
 
 def over_maximum(field: str, amount_cents: int, currency: str, limit_cents: int) -> Refusal:
@@ -310,6 +362,29 @@ def over_maximum(field: str, amount_cents: int, currency: str, limit_cents: int)
         "call (a human must handle larger amounts)",
         {"limit_cents": limit_cents, "currency": currency},
     )
+
+
+# Stage 7, human confirmation, reserves or holds the money in the store:
+# Pipeline._human_confirmation. Stage 8 is execute_with_retries.
+
+
+def rules_refusal(
+    spec: ToolSpec[Any],
+    arguments: BaseModel,
+    customer_id: str,
+    policy: Policy,
+    read_ahead: ReadAhead | None = None,
+) -> Refusal | Money | None:
+    """Stages 5 and 6: the tool's business rules against the live state, then the policy's
+    limits. What passes is the money the call moves (None for none)."""
+    context = CheckContext(customer_id, read_ahead)
+    refusal = business_rules(spec, arguments, context)
+    if refusal is not None:
+        return refusal
+    # What was read ahead is the check's first read: a tool with a check reads its money live.
+    money = spec.money_of(arguments, CheckContext(customer_id, None) if spec.check else context)
+    refusal = policy_limits(spec, money, policy)
+    return money if refusal is None else refusal
 
 
 def recheck(
@@ -420,32 +495,12 @@ class Pipeline:
         return result
 
     def _run(self, prepared: PreparedCall, trace: _Trace, state: StatePort) -> CallResult:
-        call, policy, call_id, checked = (
-            prepared.call,
-            prepared.policy,
-            prepared.call_id,
-            prepared.checked,
-        )
-        # Stages 1 to 3 ran first, so that the store counts the step and claims the key in one
-        # request. Their verdict still comes second: a call over its budget is refused whatever
+        call, policy, call_id = prepared.call, prepared.policy, prepared.call_id
+        # The store counts the step (stage 0) and claims the key (stage 4) in one request, so
+        # the claim is asked for with the step; stages 1 to 3 made its key before (prepare), and
+        # their verdict still comes after stage 0's: a call over its budget is refused whatever
         # it holds.
-        if isinstance(checked, CallResult):
-            request = None
-        else:
-            spec, arguments, validated, canonical, key = checked
-            lookup = spec.lookup
-            allowance = self._allowance_ahead(spec, arguments, call, policy, key)
-            request = ClaimRequest(
-                key,
-                spec.name,
-                spec.writes,
-                policy.repeat_limit,
-                prepared.at,
-                None if lookup is None else lookup(arguments, call.customer_id),
-                allowance,
-            )
-
-        # 0. Step budget: the cheapest check, and it bounds every loop an agent can get into.
+        request = self._claim_request(prepared)
         opening = state.open_call(
             agent_id=call.agent_id,
             session_id=call.session_id,
@@ -453,30 +508,124 @@ class Pipeline:
             step_budget=policy.step_budget,
             claim=request,
         )
+
+        # 0. Step budget: the cheapest check, and it bounds every loop an agent can get into.
         trace.step = opening.step
-        if opening.step > policy.step_budget:
-            return _rejected(
-                call,
-                call_id,
-                codes.STEP_LIMIT,
-                f"This session has used its budget of {policy.step_budget} calls; "
-                "hand the conversation over to a human.",
-            )
+        refusal = step_budget(opening.step, policy)
+        if refusal is not None:
+            return _rejected(call, call_id, refusal.code, refusal.message)
+
+        # 1 to 3. A known and allowed tool, one strict JSON object, the tool's schema.
+        checked = prepared.checked
         if isinstance(checked, CallResult):
             return checked
-        trace.arguments = validated
-        trace.key = key
-        claim = opening.claim
-        if claim is None:  # pragma: no cover - a store that breaks the port's contract
-            raise RuntimeError("the store counted the step but claimed no key")
+        trace.arguments = checked.validated
+        trace.key = checked.key
 
         # 4. Idempotency: replay what completed, return what is held, stop what loops.
+        claim = self._idempotency(opening.claim, prepared, checked, trace, state)
+        if isinstance(claim, CallResult):
+            return claim
+        claimed = ClaimedCall(
+            checked, opening.read_ahead, None if request is None else request.allowance
+        )
+        if claim.verdict is not _OWNED:
+            # A read: nothing to settle.
+            return self._stages_5_to_8(claimed, prepared, trace, state).result
+
+        key, spec = checked.key, checked.spec
+        try:
+            if claim.previous is _KEY_UNKNOWN:
+                # The effect may already have happened: finish it under the same key rather than
+                # judge it again against a state that it may itself have changed.
+                execution = self._execution(claimed, prepared)
+            else:
+                execution = self._stages_5_to_8(claimed, prepared, trace, state)
+        except BaseException:
+            may_have_happened = spec.writes and (trace.executing or claim.previous is _KEY_UNKNOWN)
+            state.settle(Settlement(key, _KEY_UNKNOWN if may_have_happened else _KEY_OPEN))
+            raise
+        result, status = execution
+        if status is not _KEY_HELD:
+            stored = result.as_dict() if status is _KEY_COMPLETED else None
+            # Written with the audit record, in the same request to the store.
+            trace.settlement = Settlement(key, status, stored)
+        return result
+
+    def _claim_request(self, prepared: PreparedCall) -> ClaimRequest | None:
+        """What the call's opening asks of the store besides counting its step: its key's
+        claim, the record its tool reads first and, where its money is its arguments', the
+        money request of stage 7 (a store may lock and read its history with the opening)."""
+        checked = prepared.checked
+        if isinstance(checked, CallResult):
+            return None
+        call, policy = prepared.call, prepared.policy
+        spec, arguments = checked.spec, checked.arguments
+        lookup = spec.lookup
+        money = spec.money_ahead(arguments) if spec.writes else None
+        allowance = None
+        if money is not None:
+            now = self.clock()
+            expires_at = now + timedelta(seconds=policy.confirmation_ttl_seconds)
+            allowance = _allowance_request(
+                call, spec, checked.key, money, policy, now, self.new_id(), expires_at
+            )
+        return ClaimRequest(
+            checked.key,
+            spec.name,
+            spec.writes,
+            policy.repeat_limit,
+            prepared.at,
+            None if lookup is None else lookup(arguments, call.customer_id),
+            allowance,
+        )
+
+    def _stages_1_to_3(
+        self, call: ToolCall, policy: Policy, call_id: str
+    ) -> CheckedCall | CallResult:
+        """Stages 1 to 3, and the idempotency key of what passes them."""
+        # 1. Known tool, and on this agent's allowlist.
+        spec = allowed_tool(self.registry, policy, call.tool)
+        if isinstance(spec, Refusal):
+            return _rejected(call, call_id, spec.code, spec.message)
+
+        # 2. One strict JSON object within the size limit.
+        document = strict_json(spec, call.arguments, self.limits.max_argument_bytes)
+        if isinstance(document, Refusal):
+            return _rejected(call, call_id, document.code, document.message)
+
+        # 3. The tool's schema, strictly: no coercion, no unknown fields.
+        arguments = valid_arguments(spec, document)
+        if isinstance(arguments, Refusal):
+            return _rejected(call, call_id, arguments.code, arguments.message)
+        # model_dump, called on pydantic's serializer directly.
+        validated = arguments.__pydantic_serializer__.to_python(arguments, mode="json")
+        canonical = canonical_json(validated)
+        key = idempotency_key(
+            agent_id=call.agent_id, session_id=call.session_id, tool=spec.name, canonical=canonical
+        )
+        return CheckedCall(spec, arguments, validated, canonical, key)
+
+    def _idempotency(
+        self,
+        claim: Claim | None,
+        prepared: PreparedCall,
+        checked: CheckedCall,
+        trace: _Trace,
+        state: StatePort,
+    ) -> Claim | CallResult:
+        """Stage 4: the key's claim, once an identical call still executing has finished (or
+        the wait is over); the answer that ends the call here, if it does not own the key."""
+        if claim is None:  # pragma: no cover - a store that breaks the port's contract
+            raise RuntimeError("the store counted the step but claimed no key")
+        call, policy, call_id = prepared.call, prepared.policy, prepared.call_id
+        spec = checked.spec
         if claim.verdict is _IN_PROGRESS:
             deadline = self.monotonic() + self.limits.in_progress_wait_seconds
             while claim.verdict is _IN_PROGRESS and self.monotonic() < deadline:
                 self.sleep(self.limits.in_progress_poll_seconds)
                 claim = state.claim(
-                    key=key,
+                    key=checked.key,
                     agent_id=call.agent_id,
                     session_id=call.session_id,
                     tool=spec.name,
@@ -505,196 +654,133 @@ class Pipeline:
                 codes.CALL_IN_PROGRESS,
                 "An identical call is still executing; send it again in a moment for its result.",
             )
-        checked_call: _CheckedCall = (
-            spec,
-            arguments,
-            validated,
-            canonical,
-            opening.read_ahead,
-            allowance,
-        )
-        if claim.verdict is not _OWNED:
-            result, _ = self._stages_5_to_8(checked_call, call, call_id, policy, trace, state)
-            return result
-
-        try:
-            if claim.previous is _KEY_UNKNOWN:
-                # The effect may already have happened: finish it under the same key rather than
-                # judge it again against a state that it may itself have changed.
-                result, status = self._execute(spec, arguments, call, call_id, key)
-            else:
-                result, status = self._stages_5_to_8(
-                    checked_call, call, call_id, policy, trace, state
-                )
-        except BaseException:
-            may_have_happened = spec.writes and (trace.executing or claim.previous is _KEY_UNKNOWN)
-            state.settle(Settlement(key, _KEY_UNKNOWN if may_have_happened else _KEY_OPEN))
-            raise
-        if status is not _KEY_HELD:
-            stored = result.as_dict() if status is _KEY_COMPLETED else None
-            # Written with the audit record, in the same request to the store.
-            trace.settlement = Settlement(key, status, stored)
-        return result
-
-    def _allowance_ahead(
-        self, spec: ToolSpec[Any], arguments: BaseModel, call: ToolCall, policy: Policy, key: str
-    ) -> AllowanceRequest | None:
-        """The money request stage 7 makes, made before the opening where the tool's money is
-        its arguments' (a store may lock and read its history with the opening)."""
-        if not spec.writes or spec.money is not None:
-            return None
-        amount = spec.amount_of(arguments)
-        if amount is None:
-            return None
-        now = self.clock()
-        money = Money(amount, spec.currency_of(arguments), spec.subject_of(arguments))
-        expires_at = now + timedelta(seconds=policy.confirmation_ttl_seconds)
-        return _allowance_request(call, spec, key, money, policy, now, self.new_id(), expires_at)
-
-    def _stages_1_to_3(self, call: ToolCall, policy: Policy, call_id: str) -> _Checked | CallResult:
-        # 1. Known tool, and on this agent's allowlist.
-        spec = allowed_tool(self.registry, policy, call.tool)
-        if isinstance(spec, Refusal):
-            return _rejected(call, call_id, spec.code, spec.message)
-
-        # 2. One strict JSON object within the size limit.
-        try:
-            if isinstance(call.arguments, str):
-                document = loads_object(call.arguments, max_bytes=self.limits.max_argument_bytes)
-            else:
-                document = check_object(call.arguments, max_bytes=self.limits.max_argument_bytes)
-        except StrictJSONError as exc:
-            return _rejected(
-                call,
-                call_id,
-                codes.INVALID_JSON,
-                f"arguments: {exc} (send exactly one JSON object with the fields: "
-                f"{', '.join(spec.arguments.model_fields)})",
-            )
-
-        # 3. The tool's schema, strictly: no coercion, no unknown fields.
-        arguments = valid_arguments(spec, document)
-        if isinstance(arguments, Refusal):
-            return _rejected(call, call_id, arguments.code, arguments.message)
-        # model_dump, called on pydantic's serializer directly.
-        validated = arguments.__pydantic_serializer__.to_python(arguments, mode="json")
-        canonical = canonical_json(validated)
-        key = idempotency_key(
-            agent_id=call.agent_id, session_id=call.session_id, tool=spec.name, canonical=canonical
-        )
-        return spec, arguments, validated, canonical, key
+        return claim
 
     def _stages_5_to_8(
-        self,
-        checked: _CheckedCall,
-        call: ToolCall,
-        call_id: str,
-        policy: Policy,
-        trace: _Trace,
-        state: StatePort,
+        self, claimed: ClaimedCall, prepared: PreparedCall, trace: _Trace, state: StatePort
     ) -> Execution:
-        spec, arguments, validated, canonical, read_ahead, ahead = checked
-        # 5 and 6. Business rules against the live state, then the agent's policy limits.
-        judged = rules_refusal(spec, arguments, call.customer_id, policy, read_ahead)
-        if isinstance(judged, Refusal):
-            return _answered(spec, call_id, _KEY_OPEN, judged.code, judged.message, judged.data)
-        money = judged
+        call, policy, call_id = prepared.call, prepared.policy, prepared.call_id
+        spec, arguments = claimed.checked.spec, claimed.checked.arguments
+        read_ahead = claimed.read_ahead
 
-        # 7. A human decides where the policy says so: for the tool always, or by its money
-        # (the customer's sum, dispatch/pipeline/allowance.py); only calls that would succeed
-        # get here. Money moved without a human is reserved too, so that it counts in the sum.
-        key = trace.key or ""
-        reserved = False
-        rule = policy.human_rule(spec.name, high_risk=spec.risk is _HIGH_RISK)
-        if money is not None or rule is not _NEVER:
-            if ahead is not None and money is not None and _moves(ahead, money):
-                # Made with the opening, which a store may have read its history with.
-                now, confirmation_id = ahead.at, ahead.confirmation_id
-            else:
-                ahead = None
-                now = self.clock()
-                # The id it is held under, if it is: its money is reserved as held with the
-                # judgement.
-                confirmation_id = self.new_id()
-            expires_at = now + timedelta(seconds=policy.confirmation_ttl_seconds)
-            duplicate_of = ""
-            if money is None:
-                hold: HoldReason | None = moneyless_hold(spec.name, always=rule is _ALWAYS)
-                total = None
-            else:
-                request = ahead or _allowance_request(
-                    call, spec, key, money, policy, now, confirmation_id, expires_at
-                )
-                judge = (
-                    partial(allowance_judge, policy, request)
-                    if rule is _BY_AMOUNT
-                    else partial(always_judge, spec.name, request)
-                    if rule is _ALWAYS
-                    else never_judge
-                )
-                history, hold = state.reserve_allowance(request, judge)
-                # The money is the risk: the customer's sum with it decides how many reviewers.
-                total = history.customer_window_cents + money.amount_cents
-                twins = twins_of(request, history)
-                duplicate_of = twins[0].key if twins else ""
-            if hold is not None:
-                confirmation = PendingConfirmation(
-                    confirmation_id=confirmation_id,
-                    key=key,
-                    tool=spec.name,
-                    arguments=dict(validated),
-                    arguments_hash=arguments_hash(canonical),
-                    agent_id=call.agent_id,
-                    session_id=call.session_id,
-                    customer_id=call.customer_id,
-                    policy_version=policy.version,
-                    reviewers_required=policy.reviewers_required(
-                        total, money.currency if money else ""
-                    ),
-                    amount_cents=money.amount_cents if money else None,
-                    created_at=now,
-                    expires_at=expires_at,
-                    reason=hold._asdict(),
-                    host_context=call.context,
-                    duplicate_of=duplicate_of,
-                    currency=money.currency if money else "",
-                )
-                try:
-                    state.hold(confirmation)
-                except BaseException:
-                    # Not held after all: its money is not on its way.
-                    if money is not None:
-                        state.release_allowance(execution_key(confirmation_id))
-                    raise
-                trace.confirmation_id = confirmation.confirmation_id
-                return self._held(call_id, confirmation, replayed=False), _KEY_HELD
-            reserved = money is not None
+        # 5. Business rules against the live state; what was read ahead is the check's first read.
+        context = CheckContext(call.customer_id, read_ahead)
+        refusal = business_rules(spec, arguments, context)
+        if refusal is not None:
+            return _answered(spec, call_id, _KEY_OPEN, refusal.code, refusal.message, refusal.data)
+
+        # 6. The agent's policy limits, on the money the call moves (read live by a tool with a
+        # check: what was read ahead was the check's).
+        money = spec.money_of(
+            arguments, CheckContext(call.customer_id, None) if spec.check else context
+        )
+        refusal = policy_limits(spec, money, policy)
+        if refusal is not None:
+            return _answered(spec, call_id, _KEY_OPEN, refusal.code, refusal.message, refusal.data)
+
+        # 7. A human decides where the policy says so; money moved without one is reserved.
+        held = self._human_confirmation(claimed, money, prepared, trace, state)
+        if held is not None:
+            return Execution(held, _KEY_HELD)
 
         # 8. Execution. What was read ahead is the first read of the tool's check, if it has one.
         trace.executing = True
-        result, status = self._execute(
-            spec, arguments, call, call_id, key, read_ahead=None if spec.check else read_ahead
-        )
-        if reserved and status is _KEY_OPEN:
+        execution = self._execution(claimed, prepared, None if spec.check else read_ahead)
+        if money is not None and execution.status is _KEY_OPEN:
             # Nothing moved (refused, or not applied): the money it reserved is free again.
-            state.release_allowance(key)
-        return result, status
+            state.release_allowance(claimed.checked.key)
+        return execution
 
-    def _execute(
+    def _human_confirmation(
         self,
-        spec: ToolSpec[Any],
-        arguments: BaseModel,
-        call: ToolCall,
-        call_id: str,
-        key: str,
-        approved_by: tuple[str, ...] = (),
-        read_ahead: ReadAhead | None = None,
+        claimed: ClaimedCall,
+        money: Money | None,
+        prepared: PreparedCall,
+        trace: _Trace,
+        state: StatePort,
+    ) -> CallResult | None:
+        """Stage 7: the held call's answer where a human decides, for the tool always or by its
+        money (the customer's sum, dispatch/pipeline/allowance.py); None where it goes on to
+        execute, its money (if any) reserved so that it counts in the sum. Only calls that would
+        succeed get here."""
+        call, policy = prepared.call, prepared.policy
+        spec, _, validated, canonical, key = claimed.checked
+        rule = policy.human_rule(spec.name, high_risk=spec.risk is _HIGH_RISK)
+        if money is None and rule is _NEVER:
+            return None
+        ahead = claimed.allowance
+        if ahead is not None and money is not None and _moves(ahead, money):
+            # Made with the opening, which a store may have read its history with.
+            now, confirmation_id = ahead.at, ahead.confirmation_id
+        else:
+            ahead = None
+            now = self.clock()
+            # The id it is held under, if it is: its money is reserved as held with the
+            # judgement.
+            confirmation_id = self.new_id()
+        expires_at = now + timedelta(seconds=policy.confirmation_ttl_seconds)
+        duplicate_of = ""
+        if money is None:
+            hold: HoldReason | None = moneyless_hold(spec.name, always=rule is _ALWAYS)
+            total = None
+        else:
+            request = ahead or _allowance_request(
+                call, spec, key, money, policy, now, confirmation_id, expires_at
+            )
+            judge = (
+                partial(allowance_judge, policy, request)
+                if rule is _BY_AMOUNT
+                else partial(always_judge, spec.name, request)
+                if rule is _ALWAYS
+                else never_judge
+            )
+            history, hold = state.reserve_allowance(request, judge)
+            # The money is the risk: the customer's sum with it decides how many reviewers.
+            total = history.customer_window_cents + money.amount_cents
+            twins = twins_of(request, history)
+            duplicate_of = twins[0].key if twins else ""
+        if hold is None:
+            return None
+        confirmation = PendingConfirmation(
+            confirmation_id=confirmation_id,
+            key=key,
+            tool=spec.name,
+            arguments=dict(validated),
+            arguments_hash=arguments_hash(canonical),
+            agent_id=call.agent_id,
+            session_id=call.session_id,
+            customer_id=call.customer_id,
+            policy_version=policy.version,
+            reviewers_required=policy.reviewers_required(total, money.currency if money else ""),
+            amount_cents=money.amount_cents if money else None,
+            created_at=now,
+            expires_at=expires_at,
+            reason=hold._asdict(),
+            host_context=call.context,
+            duplicate_of=duplicate_of,
+            currency=money.currency if money else "",
+        )
+        try:
+            state.hold(confirmation)
+        except BaseException:
+            # Not held after all: its money is not on its way.
+            if money is not None:
+                state.release_allowance(execution_key(confirmation_id))
+            raise
+        trace.confirmation_id = confirmation.confirmation_id
+        return self._held(prepared.call_id, confirmation, replayed=False)
+
+    def _execution(
+        self, claimed: ClaimedCall, prepared: PreparedCall, read_ahead: ReadAhead | None = None
     ) -> Execution:
+        """Stage 8, under the call's key."""
+        call = prepared.call
+        checked = claimed.checked
         return execute_with_retries(
-            spec,
-            arguments,
-            ExecutionContext(call.customer_id, key, approved_by, read_ahead, call.agent_id),
-            call_id=call_id,
+            checked.spec,
+            checked.arguments,
+            ExecutionContext(call.customer_id, checked.key, (), read_ahead, call.agent_id),
+            call_id=prepared.call_id,
             retry=self.retry,
             sleep=self.sleep,
         )

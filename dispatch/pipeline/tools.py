@@ -98,6 +98,27 @@ class Money(NamedTuple):
 
 Check = Callable[[Args, CheckContext], Rejection | None]
 MoneyOf = Callable[[Args, CheckContext], Money | None]
+
+
+@dataclass(frozen=True, slots=True)
+class MoneyFromArguments:
+    """A call's money as its arguments name it (a refund's amount and currency), what it is for
+    being the tool's subject. Known before anything is read: a store may read the customer's sum
+    with the call's opening."""
+
+    # The argument that holds the amount (minor units), and the one that names its currency.
+    amount: str
+    currency: str
+
+
+@dataclass(frozen=True, slots=True)
+class MoneyFromState(Generic[Args]):
+    """A call's money as its subject's state says (a cancellation refunds what the order was
+    paid): known only once the check has read that state; None where the call moves none."""
+
+    of: MoneyOf[Args]
+
+
 Handler = Callable[[Args, ExecutionContext], Mapping[str, Any]]
 # The record a call reads first, from its arguments and its customer's id.
 LookupOf = Callable[[Args, str], Lookup]
@@ -118,11 +139,8 @@ class ToolSpec(Generic[Args]):
     # undo something (money that leaves), and whether the same call again changes nothing more.
     destructive: bool = False
     idempotent: bool = False
-    # The argument a policy's amount limits apply to (minor units), if the tool moves an amount;
-    # the argument that names its currency, and the one that says what the money is for (a
-    # refund's order), which the policy's allowance sums and compares by.
-    amount_field: str | None = None
-    currency_field: str | None = None
+    # The argument that says what a call is for (a refund's order, a voucher's account): what a
+    # reviewer's page names, and what money from the arguments is summed and compared by.
     subject_field: str | None = None
     # Business codes the check and the handler may answer with.
     codes: tuple[Code, ...] = ()
@@ -137,38 +155,52 @@ class ToolSpec(Generic[Args]):
     # What the system of record did under an idempotency key (a refund's receipt), or None if
     # nothing: how an execution whose outcome was lost is reconciled.
     outcome_of: Callable[[str], Mapping[str, Any] | None] | None = None
-    # The money a call moves where it comes from its subject's state rather than its arguments
-    # (a cancellation refunds what the order was paid); None: from the amount, currency and
-    # subject fields above.
-    money: MoneyOf[Args] | None = None
+    # The money a call moves, which policies' thresholds and the customer's sum judge: from its
+    # arguments or from its subject's state; None for a tool that moves none.
+    money: MoneyFromArguments | MoneyFromState[Args] | None = None
 
     def __post_init__(self) -> None:
-        for kind in ("amount_field", "currency_field", "subject_field"):
-            name = getattr(self, kind)
+        money = self.money
+        named = {"subject_field": self.subject_field}
+        if isinstance(money, MoneyFromArguments):
+            named |= {"money's amount": money.amount, "money's currency": money.currency}
+        for kind, name in named.items():
             if name is not None and name not in self.arguments.model_fields:
                 raise ValueError(f"{self.name}: {kind} {name!r} is not an argument")
 
-    def amount_of(self, arguments: BaseModel) -> int | None:
-        if self.amount_field is None:
-            return None
-        amount = getattr(arguments, self.amount_field)
-        return int(amount)
+    @property
+    def amount_field(self) -> str | None:
+        """The argument that holds the amount, where the money is the arguments'."""
+        money = self.money
+        return money.amount if isinstance(money, MoneyFromArguments) else None
 
-    def currency_of(self, arguments: BaseModel) -> str:
-        return "" if self.currency_field is None else str(getattr(arguments, self.currency_field))
+    @property
+    def currency_field(self) -> str | None:
+        """The argument that names the currency, where the money is the arguments'."""
+        money = self.money
+        return money.currency if isinstance(money, MoneyFromArguments) else None
 
     def subject_of(self, arguments: BaseModel) -> str:
         return "" if self.subject_field is None else str(getattr(arguments, self.subject_field))
 
-    def money_of(self, arguments: BaseModel, context: CheckContext) -> Money | None:
-        """The money the call moves, if any: from the subject's state where the tool says so,
-        else from its arguments."""
-        if self.money is not None:
-            return self.money(arguments, context)  # type: ignore[arg-type]
-        amount = self.amount_of(arguments)
-        if amount is None:
+    def money_ahead(self, arguments: BaseModel) -> Money | None:
+        """The money the call moves if its arguments alone say it, before anything is read;
+        None where it moves none or its subject's state says it."""
+        money = self.money
+        if not isinstance(money, MoneyFromArguments):
             return None
-        return Money(amount, self.currency_of(arguments), self.subject_of(arguments))
+        return Money(
+            int(getattr(arguments, money.amount)),
+            str(getattr(arguments, money.currency)),
+            self.subject_of(arguments),
+        )
+
+    def money_of(self, arguments: BaseModel, context: CheckContext) -> Money | None:
+        """The money the call moves, if any, as its declaration says."""
+        money = self.money
+        if isinstance(money, MoneyFromState):
+            return money.of(arguments, context)  # type: ignore[arg-type]
+        return self.money_ahead(arguments)
 
     def json_schema(self) -> dict[str, Any]:
         return self.arguments.model_json_schema()

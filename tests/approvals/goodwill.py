@@ -22,6 +22,7 @@ from dispatch.pipeline.review import Fact, FactKind, ReviewView, ToolWords
 from dispatch.pipeline.tools import (
     CheckContext,
     ExecutionContext,
+    MoneyFromArguments,
     Refused,
     Rejection,
     Risk,
@@ -181,9 +182,8 @@ def goodwill_tools(desk: GoodwillDesk) -> tuple[ToolSpec[Any], ...]:
             handler=issue_voucher,
             writes=True,
             risk=Risk.HIGH,
-            amount_field="amount_cents",
-            currency_field="currency",
             subject_field="account_id",
+            money=MoneyFromArguments(amount="amount_cents", currency="currency"),
             codes=(ACCOUNT_NOT_FOUND,),
             review=account_review,
             words=ToolWords(noun="voucher", plural="vouchers", verb="issue", past="issued"),

@@ -287,10 +287,10 @@ def test_a_writes_check_and_its_money_judge_its_plan_once(retail_db: dict[str, A
 
     # As the gate asks: the check, then the money of the call that passed it.
     refusal = spec.check(arguments, context)
-    money = spec.money(arguments, context)
+    money = spec.money_of(arguments, context)
     judged_once = book.reads.copy()
     # Asked again without a check, the money is judged afresh: the kept plan serves one call.
-    again = spec.money(arguments, context)
+    again = spec.money_of(arguments, context)
 
     assert refusal is None
     assert money == again == Money(18_203, "USD", PAYPAL_ORDER)

@@ -210,7 +210,7 @@ def test_money_is_conserved_across_random_sequences_of_retail_writes(
             before = book.order(customer, arguments["order_id"])
             assert spec.check is not None and spec.money is not None
             refusal = spec.check(args, context)
-            declared = spec.money(args, context)
+            declared = spec.money_of(args, context)
             figures["steps"] += 1
             if refusal is not None:
                 figures[f"{tool} refused {refusal.code.name}"] += 1
@@ -348,6 +348,8 @@ def test_money_is_conserved_across_random_sequences_of_retail_writes(
             stateful_step_count=12,
             deadline=None,
             database=None,
+            # The same sequences every run: CI judges the property, not the luck of a draw.
+            derandomize=True,
             suppress_health_check=list(HealthCheck),
         ),
     )

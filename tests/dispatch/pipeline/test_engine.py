@@ -598,3 +598,47 @@ def test_a_call_names_the_record_its_tool_reads_first_when_it_opens(harness: Har
 
     the_order = Lookup("orders.order", {"order_id": "ORD-1001", "customer_id": "CUS-1"})
     assert lookups == [the_order, the_order, None]
+
+
+# The order of the stages -----------------------------------------------------------------------
+
+
+def _refund(order_id: str, amount_cents: int) -> str:
+    arguments = {
+        "order_id": order_id,
+        "amount_cents": amount_cents,
+        "currency": "BRL",
+        "reason": "damaged",
+    }
+    return json.dumps(arguments)
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "allowed", "code"),
+    [
+        # 1 before 2: an unknown tool, with arguments that are not JSON.
+        ("teleport_order", '{"order_id": ', ("get_order", "refund_order"), "UNKNOWN_TOOL"),
+        # 1 before 3: a tool off the allowlist, with arguments outside its schema.
+        ("refund_order", '{"order_id": 1001}', ("get_order",), "TOOL_NOT_ALLOWED"),
+        # 5 before 6: an invented order, and an amount above the policy's maximum.
+        ("refund_order", _refund("ORD-9999", 60_000), ("refund_order",), "ORDER_NOT_FOUND"),
+        # 5 before 6: more than the order has left, and above the maximum.
+        (
+            "refund_order",
+            _refund("ORD-1001", 60_000),
+            ("refund_order",),
+            "AMOUNT_EXCEEDS_REFUNDABLE",
+        ),
+        # 6 before 7: above the maximum, and above the auto-approve amount.
+        ("refund_order", _refund("ORD-2003", 60_000), ("refund_order",), "POLICY_LIMIT"),
+    ],
+)
+def test_a_call_that_breaks_two_stages_is_answered_by_the_earlier_one(
+    harness: Harness, tool: str, arguments: str, allowed: tuple[str, ...], code: str
+) -> None:
+    policy = default_policy(allowed_tools=frozenset(allowed))
+
+    result = harness.call(tool, arguments, policy=policy)
+
+    assert result.code == code
+    assert harness.ledger_rows == 0 and not harness.state.confirmations

@@ -15,6 +15,7 @@ from dispatch.pipeline.tools import (
     CheckContext,
     ExecutionContext,
     Money,
+    MoneyFromState,
     Risk,
     ToolCall,
     ToolSpec,
@@ -57,7 +58,7 @@ def cancellation(book: InMemoryOrderBook) -> ToolSpec[CancelArguments]:
         handler=cancel,
         writes=True,
         risk=Risk.HIGH,
-        money=what_is_left,
+        money=MoneyFromState(what_is_left),
     )
 
 

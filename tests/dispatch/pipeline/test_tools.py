@@ -1,14 +1,20 @@
-"""What a declaration says of a held call: the review of its subject, and the words for it."""
+"""What a declaration says of a held call: the review of its subject, the words for it, and its
+money."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from pydantic import BaseModel, ConfigDict
 
 from dispatch.pipeline.review import Fact, FactKind, ReviewView, ToolWords
 from dispatch.pipeline.tools import (
+    CheckContext,
     ExecutionContext,
+    Money,
+    MoneyFromArguments,
+    MoneyFromState,
     Risk,
     ToolSpec,
     held_plurals,
@@ -94,3 +100,52 @@ def test_what_a_human_may_decide_is_said_in_the_high_risk_tools_words(harness: H
 
     assert (alone, with_vouchers) == ("refunds", "refunds and vouchers")
     assert held_plurals([]) == "held calls"
+
+
+def test_a_refunds_money_is_known_from_its_arguments_before_anything_is_read(
+    harness: Harness,
+) -> None:
+    spec = harness.pipeline.registry.get("refund_order")
+    assert spec is not None
+
+    ahead = spec.money_ahead(refund_of("ORD-1001"))
+
+    assert ahead == Money(6_000, "BRL", "ORD-1001")
+    assert spec.money_of(refund_of("ORD-1001"), CheckContext("CUS-1")) == ahead
+    assert (spec.amount_field, spec.currency_field) == ("amount_cents", "currency")
+
+
+def test_money_from_the_subjects_state_is_known_only_once_it_is_read() -> None:
+    readers: list[str] = []
+
+    def what_is_left(arguments: NoArguments, context: CheckContext) -> Money:
+        readers.append(context.customer_id)
+        return Money(2_500, "BRL", "ORD-1001")
+
+    spec = ToolSpec(
+        name="cancel_order",
+        description="",
+        arguments=NoArguments,
+        handler=nothing,
+        writes=True,
+        money=MoneyFromState(what_is_left),
+    )
+
+    ahead = spec.money_ahead(NoArguments())
+    judged = spec.money_of(NoArguments(), CheckContext("CUS-1"))
+
+    assert ahead is None
+    assert judged == Money(2_500, "BRL", "ORD-1001")
+    assert readers == ["CUS-1"]
+    assert (spec.amount_field, spec.currency_field) == (None, None)
+
+
+def test_money_that_names_an_argument_the_tool_does_not_take_is_refused() -> None:
+    with pytest.raises(ValueError, match="'amount_cents' is not an argument"):
+        ToolSpec(
+            name="issue_voucher",
+            description="",
+            arguments=NoArguments,
+            handler=nothing,
+            money=MoneyFromArguments(amount="amount_cents", currency="currency"),
+        )
