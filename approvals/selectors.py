@@ -18,10 +18,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from pydantic import BaseModel, ValidationError
 
-from approvals.models import ConfirmationEvent, EventKind, Vote
-from approvals.money import money
-from approvals.reviewers import REVIEWERS_GROUP as REVIEWERS_GROUP
-from approvals.services.deciding import (
+from approvals.deciding import (
     amount_words,
     cast_votes,
     decision_policy,
@@ -30,6 +27,9 @@ from approvals.services.deciding import (
     reviewer_of,
     reviewers_pool,
 )
+from approvals.models import ConfirmationEvent, EventKind, Vote
+from approvals.money import money
+from approvals.reviewers import REVIEWERS_GROUP as REVIEWERS_GROUP
 from dispatch.held_money import HeldStanding, held_money_of, held_money_standing
 from dispatch.models import AuditRecord, Confirmation, ConfirmationStatus, Movement
 from dispatch.pipeline.allowance import HELD, HeldSum

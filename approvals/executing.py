@@ -24,9 +24,9 @@ from django.db import connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from approvals.errors import NotReconcilable
+from approvals.events import confirmation_locked, event_append
 from approvals.models import EventKind
-from approvals.services.errors import NotReconcilable
-from approvals.services.events import confirmation_locked, event_append
 from approvals.webhooks import webhook_enqueue
 from dispatch.held_money import (
     held_key_settle,

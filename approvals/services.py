@@ -9,20 +9,23 @@ count the decisions from. The decision also settles the held call's idempotency 
 agent's identical call gets the confirmation's state, its result or its rejection, and never a
 second confirmation for a call that was approved.
 
-- deciding: approve and reject, enforcing dispatch.pipeline.decision's Decision;
-- executing: every move's after-steps, the execution with its lease, its settling, the
-  reconciliation, the expiry and the resending sweeps;
-- events: the locked row and the chained event log; errors: the refusals' stable codes.
+This module is their one door for the rest of the project; they live by concern in
+
+- approvals.deciding: approve and reject, enforcing dispatch.pipeline.decision's Decision;
+- approvals.executing: every move's after-steps (confirmation_move), the execution with its
+  lease, its settling, the reconciliation, the expiry and the resending sweeps;
+- approvals.events: the locked row and the chained event log; approvals.errors: the refusals'
+  stable codes.
 
 The Celery tasks (approvals.tasks) import these; these send the tasks by name, never import them.
 """
 
-from approvals.services.deciding import (
+from approvals.deciding import (
     MAX_REASON_CHARS,
     confirmation_approve,
     confirmation_reject,
 )
-from approvals.services.errors import (
+from approvals.errors import (
     AlreadyDecided,
     AlreadyVoted,
     ConfirmationError,
@@ -32,8 +35,8 @@ from approvals.services.errors import (
     ReasonRequired,
     SecondLookRequired,
 )
-from approvals.services.events import EXPIRY, WORKER
-from approvals.services.executing import (
+from approvals.events import EXPIRY, WORKER
+from approvals.executing import (
     RESEND_BATCH,
     confirmation_execute,
     confirmation_expire,

@@ -9,8 +9,8 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from approvals.errors import ConfirmationNotFound
 from approvals.models import ConfirmationEvent, EventKind
-from approvals.services.errors import ConfirmationNotFound
 from dispatch.held_money import decision_lock
 from dispatch.models import Confirmation
 from dispatch.pipeline.audit_chain import event_chain, link_hash

@@ -15,14 +15,14 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from approvals.errors import REFUSALS, AlreadyDecided, ConfirmationError, ReasonRequired
+from approvals.events import confirmation_locked, event_append
+from approvals.executing import confirmation_move, expire_if_due
 from approvals.models import EventKind, ReviewerLimit, Vote
-from approvals.money import money
 from approvals.reviewers import REVIEWERS_GROUP
-from approvals.services.errors import REFUSALS, AlreadyDecided, ConfirmationError, ReasonRequired
-from approvals.services.events import confirmation_locked, event_append
-from approvals.services.executing import confirmation_move, expire_if_due
 from dispatch.held_money import held_money_sum
 from dispatch.models import Agent, Confirmation, ConfirmationStatus
+from dispatch.money import money
 from dispatch.pipeline import codes
 from dispatch.pipeline.allowance import HeldSum
 from dispatch.pipeline.decision import (
@@ -288,4 +288,6 @@ def cast_votes(votes: Iterable[Vote], limits: Mapping[int, Mapping[str, int]]) -
 
 
 def amount_words(cents: int, currency: str) -> str:
+    """An amount as the decision's words write it: in its currency's format, or its bare number
+    for a call that names no currency."""
     return money(cents, currency) if currency else str(cents)
