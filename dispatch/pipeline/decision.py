@@ -216,11 +216,6 @@ class Decision:
     # The re-check's refusal, where it is invalidated.
     invalidation: Refusal | None = None
 
-    @property
-    def counts(self) -> bool:
-        """The approval is recorded (a vote, or the one that decides)."""
-        return self.outcome is not Outcome.REFUSED
-
 
 def approval_decision(
     held: HeldCall,
