@@ -114,8 +114,9 @@ class ApprovalNeeds:
     needs_limit: bool
     # Reviewers who have not approved and whose limit covers the amount.
     covering: tuple[str, ...]
-    # What the reader's own approval would do: "decides", "votes", or "voted" (already did);
-    # empty where there is no reader or the call is no longer pending.
+    # What the reader's own approval would do: "decides", "votes", "voted" (already did), or
+    # "invalidates" (it would decide, but the agent has no active policy any more); empty where
+    # there is no reader or the call is no longer pending.
     yours: str
     # The amount an approver's limit must cover (the customer's sum), formatted.
     amount: str
@@ -177,7 +178,13 @@ class ApprovalNeeds:
 
     @property
     def your_note(self) -> str:
-        """Why the reader's approval would be a vote rather than the decision."""
+        """Why the reader's approval would be a vote rather than the decision, or would decide
+        and execute nothing."""
+        if self.yours == "invalidates":
+            return (
+                "The agent has no active policy any more: your approval settles it as "
+                "invalidated, and nothing executes."
+            )
         if self.yours != "votes":
             return ""
         if self.missing > 1:
@@ -257,7 +264,7 @@ def approval_decision(
     elif voted:
         yours = "voted"
     else:
-        yours = "decides" if after.sufficient else "votes"
+        yours = "votes" if not after.sufficient else "decides" if policy else "invalidates"
     needs = _needs(held, votes, reviewer, reviewers, required, covered, money, yours=yours)
 
     def decided(

@@ -193,13 +193,14 @@ def _check(make_agent: MakeAgent, scenario: Scenario) -> None:
             assert card.decision is not None and message == card.decision.reason
         return
     assert votes_after == votes_before + 1
+    if card.approvals.yours == "invalidates":
+        # The agent was switched off: the card says nothing will execute.
+        assert status == ConfirmationStatus.INVALIDATED
+        return
     if card.approvals.yours == "decides":
-        assert card.decision is not None
-        # The card cannot foresee the re-check of the live state; it does foresee no policy.
-        if card.decision.outcome is Outcome.INVALIDATED:
-            assert status == ConfirmationStatus.INVALIDATED
-        else:
-            assert status in (ConfirmationStatus.APPROVED, ConfirmationStatus.INVALIDATED)
+        assert card.decision is not None and card.decision.outcome is Outcome.EXECUTE
+        # The card cannot foresee the re-check of the live state (the order changed meanwhile).
+        assert status in (ConfirmationStatus.APPROVED, ConfirmationStatus.INVALIDATED)
         return
     assert card.approvals.yours == "votes"
     assert status == ConfirmationStatus.PENDING

@@ -336,6 +336,11 @@ def test_without_an_active_policy_an_approval_that_suffices_invalidates() -> Non
     assert decision.outcome is Outcome.INVALIDATED
     assert decision.code == "TOOL_NOT_ALLOWED"
     assert decision.reason == "the agent has no active policy any more"
+    assert decision.needs.yours == "invalidates"
+    assert decision.needs.your_note == (
+        "The agent has no active policy any more: your approval settles it as invalidated, and "
+        "nothing executes."
+    )
     assert not decision.asks_separate and not decision.asks_second_look
 
 
