@@ -18,12 +18,28 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from pydantic import BaseModel, ValidationError
 
-from approvals.models import ConfirmationEvent, EventKind, ReviewerLimit, Vote
+from approvals.deciding import (
+    cast_votes,
+    decision_policy,
+    held_call_of,
+    reviewer_limits,
+    reviewer_of,
+    reviewers_pool,
+)
+from approvals.models import ConfirmationEvent, EventKind, Vote
 from approvals.reviewers import REVIEWERS_GROUP as REVIEWERS_GROUP
 from dispatch.held_money import HeldStanding, held_money_of, held_money_standing
 from dispatch.models import AuditRecord, Confirmation, ConfirmationStatus, Movement
 from dispatch.money import money
 from dispatch.pipeline.allowance import HELD, HeldSum
+from dispatch.pipeline.decision import ApprovalNeeds as ApprovalNeeds
+from dispatch.pipeline.decision import (
+    Decision,
+    Reviewer,
+    approval_decision,
+    approvals_standing,
+)
+from dispatch.pipeline.decision import Voter as Voter
 from dispatch.pipeline.policy import Policy as PolicySnapshot
 from dispatch.pipeline.review import Fact, FactKind, ReviewView, ToolWords
 from dispatch.pipeline.tools import ToolSpec, held_plurals
@@ -79,83 +95,6 @@ def unknown_count() -> int:
 
 
 # What a reviewer is asked about ------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Voter:
-    username: str
-    at: datetime
-    # Their approval limit covers the amount (no limit in the currency covers any amount).
-    covers: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalNeeds:
-    """How far the approvals of a confirmation are, and what it still needs to execute."""
-
-    required: int
-    voters: tuple[Voter, ...]
-    # More different reviewers to approve.
-    missing: int
-    # No reviewer who approved so far may approve the amount alone.
-    needs_limit: bool
-    # Reviewers who have not approved and whose limit covers the amount.
-    covering: tuple[str, ...]
-    # What the reader's own approval would do: "decides", "votes", or "voted" (already did).
-    yours: str
-    amount: str
-    # The reader's limit covers the amount.
-    reader_covers: bool = True
-    # Some reviewer's limit does not cover the amount: who approves matters, not only how many.
-    limits_matter: bool = False
-    # Who may approve and has no limit in the currency (no cap in it), and that currency.
-    uncapped: tuple[str, ...] = ()
-    currency: str = ""
-
-    @property
-    def uncapped_note(self) -> str:
-        """Who has no cap, where limits matter: a reviewer without a limit in a currency may
-        approve any sum in it."""
-        if not self.limits_matter or not self.uncapped:
-            return ""
-        names = _one_of(self.uncapped).replace(" or ", " and ")
-        verb = "has" if len(self.uncapped) == 1 else "have"
-        return f"{names} {verb} no approval limit in {self.currency}"
-
-    @property
-    def still_needed(self) -> str:
-        needs_limit = self.needs_limit and self.limits_matter
-        if not self.missing and not needs_limit:
-            return ""
-        if self.missing > 1:
-            needed = f"approvals from {self.missing} different reviewers"
-        elif self.missing:
-            needed = "another reviewer's approval" if self.voters else "one approval"
-        else:
-            needed = "one more approval"
-        if not needs_limit:
-            return f"Needs {needed}"
-        who = f" ({_one_of(self.covering)})" if self.covering else ""
-        if self.missing > 1:
-            return f"Needs {needed}, one of whom has a limit that covers {self.amount}{who}"
-        return f"Needs {needed}, from a reviewer whose limit covers {self.amount}{who}"
-
-    @property
-    def your_note(self) -> str:
-        """Why the reader's approval would be a vote rather than the decision."""
-        if self.yours != "votes":
-            return ""
-        if self.missing > 1:
-            return (
-                f"{self.required} different reviewers must approve: yours is one of them, and "
-                "another reviewer's approval executes it."
-            )
-        if not self.reader_covers:
-            return (
-                f"{self.amount} is above your approval limit: yours counts as a vote, and a "
-                "reviewer whose limit covers it must approve too."
-            )
-        return "Your approval counts as a vote."
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +219,9 @@ class ReviewItem:
     # asks once more.
     standing: CustomerStanding | None = None
     second_look: SecondLook | None = None
+    # What the reader's approval would do, as the service decides it (dispatch.pipeline.decision);
+    # None where there is no reader.
+    decision: Decision | None = None
 
     @property
     def id(self) -> str:
@@ -331,15 +273,8 @@ def review_items(
     votes: dict[str, list[Vote]] = {}
     for vote in Vote.objects.filter(confirmation_id__in=ids).select_related("reviewer"):
         votes.setdefault(vote.confirmation_id, []).append(vote)
-    limits = {
-        (limit.reviewer_id, limit.currency): limit.max_amount_cents
-        for limit in ReviewerLimit.objects.all()
-    }
-    reviewers = list(
-        User.objects.filter(groups__name=REVIEWERS_GROUP, is_active=True)
-        .order_by("username")
-        .values_list("pk", "username")
-    )
+    limits = reviewer_limits()
+    reviewers = reviewers_pool(limits)
     events: dict[str, list[ConfirmationEvent]] = {}
     if with_events:
         for event in ConfirmationEvent.objects.filter(confirmation_id__in=ids).order_by("at", "id"):
@@ -361,6 +296,16 @@ def review_items(
         standing = _standing(confirmation, now) if status == ConfirmationStatus.PENDING else None
         held = None if standing is None else standing.held
         policy = _policy(confirmation)
+        decision = _decision(
+            confirmation,
+            votes.get(confirmation.id, []),
+            limits=limits,
+            reviewers=reviewers,
+            held=held,
+            policy=policy,
+            reader=reader,
+            now=now,
+        )
         items.append(
             ReviewItem(
                 confirmation=confirmation,
@@ -374,15 +319,16 @@ def review_items(
                 other_arguments=_other_arguments(spec, confirmation.arguments),
                 review=review,
                 facts=_facts(review, currency),
-                approvals=_approval_needs(
-                    confirmation,
-                    votes.get(confirmation.id, []),
-                    limits=limits,
+                approvals=decision.needs
+                if decision is not None
+                else approvals_standing(
+                    held_call_of(confirmation),
+                    cast_votes(votes.get(confirmation.id, []), limits),
                     reviewers=reviewers,
-                    currency=currency,
-                    held=held,
-                    reader=reader,
+                    customer_sum=held,
+                    money=money,
                 ),
+                decision=decision,
                 hold=hold_explanation(confirmation.hold_reason, currency, words),
                 earlier_calls=earlier_calls(confirmation),
                 expiring_soon=status == ConfirmationStatus.PENDING
@@ -402,8 +348,8 @@ def review_items(
 
 
 def _policy(confirmation: Confirmation) -> PolicySnapshot | None:
-    policy = confirmation.agent.current_policy
-    return None if policy is None else policy.snapshot()
+    # As the approval judges it: the agent's current policy, while the agent is active.
+    return decision_policy(confirmation.agent)
 
 
 def _standing(confirmation: Confirmation, now: datetime) -> HeldStanding | None:
@@ -766,53 +712,34 @@ def _other_arguments(
     )
 
 
-def _approval_needs(
+def _decision(
     confirmation: Confirmation,
     votes: Sequence[Vote],
     *,
-    limits: Mapping[tuple[int, str], int],
-    reviewers: Sequence[tuple[int, str]],
-    currency: str,
+    limits: Mapping[int, Mapping[str, int]],
+    reviewers: Sequence[Reviewer],
     held: HeldSum | None,
+    policy: PolicySnapshot | None,
     reader: User | None,
-) -> ApprovalNeeds:
-    # An approver's limit covers the customer's sum, not only this call's amount; the sum also
-    # says how many reviewers it takes (as the approval will judge it).
-    covered_cents = held.sum_cents if held is not None else confirmation.amount_cents or 0
-    amount = money(covered_cents, currency)
-
-    def covers(user_id: int) -> bool:
-        limit = limits.get((user_id, currency))
-        return limit is None or limit >= covered_cents
-
-    voter_ids = {vote.reviewer_id for vote in votes}
-    voters = tuple(
-        Voter(vote.reviewer.get_username(), vote.at, covers(vote.reviewer_id)) for vote in votes
-    )
-    required = held.reviewers_required if held is not None else confirmation.reviewers_required
-    if reader is None or reader.pk in voter_ids:
-        yours = "voted" if reader is not None else ""
-    else:
-        after = voter_ids | {reader.pk}
-        decides = len(after) >= required and any(covers(user_id) for user_id in after)
-        yours = "decides" if decides else "votes"
-    return ApprovalNeeds(
-        required=required,
-        voters=voters,
-        missing=max(0, required - len(voter_ids)),
-        needs_limit=not any(voter.covers for voter in voters),
-        covering=tuple(name for pk, name in reviewers if pk not in voter_ids and covers(pk)),
-        # A reviewer without a limit in the currency has no cap in it: said so, by name.
-        uncapped=tuple(
-            name
-            for pk, name in reviewers
-            if pk not in voter_ids and (pk, currency) not in limits and currency
-        ),
-        currency=currency,
-        yours=yours,
-        amount=amount,
-        reader_covers=reader is None or covers(reader.pk),
-        limits_matter=any(not covers(pk) for pk, _ in reviewers),
+    now: datetime,
+) -> Decision | None:
+    """What the reader's approval would do, as the service will decide it: with their word on a
+    possible duplicate and their second look given (the card asks for them, as
+    Decision.asks_separate and .asks_second_look say), and without the re-check of the live
+    state, which only the approval runs."""
+    if reader is None:
+        return None
+    return approval_decision(
+        held_call_of(confirmation),
+        cast_votes(votes, limits),
+        reviewer_of(reader, limits),
+        reviewers=reviewers,
+        customer_sum=held,
+        policy=policy,
+        now=now,
+        money=money,
+        separate=True,
+        confirmed=True,
     )
 
 
@@ -905,12 +832,3 @@ def _is_stuck(confirmation: Confirmation, before: datetime) -> bool:
     else:
         return False
     return since is not None and since < before
-
-
-def _one_of(names: Sequence[str]) -> str:
-    shown = list(names[:4])
-    if len(names) > 4:
-        shown.append(f"{len(names) - 4} more")
-    if len(shown) == 1:
-        return shown[0]
-    return ", ".join(shown[:-1]) + " or " + shown[-1]

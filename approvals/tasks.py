@@ -1,4 +1,8 @@
-"""Celery tasks: each loads an id and calls a service, nothing more."""
+"""Celery tasks: each loads an id and calls a service, nothing more.
+
+The services send them by name (approvals.executing.EXECUTE_TASK) and never import this
+module: the tasks import the services, not the reverse (an import contract in pyproject.toml).
+"""
 
 from __future__ import annotations
 

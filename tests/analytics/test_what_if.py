@@ -181,7 +181,7 @@ def test_under_the_policy_in_force_no_call_of_any_range_moves(
     make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The workers are down: an approved refund executes when this test says.
-    monkeypatch.setattr("approvals.services.execution_send", lambda confirmation_id: False)
+    monkeypatch.setattr("approvals.executing.execution_send", lambda confirmation_id: False)
     # Auto-approve below 50.00 BRL over 24 hours; a confirmation lives an hour.
     agent, _ = make_agent()
     login_in_group("rita", "reviewers")

@@ -321,3 +321,22 @@ def test_a_possible_duplicate_above_the_amount_keeps_its_word_through_the_second
     again.refresh_from_db()
     assert again.status == ConfirmationStatus.EXECUTED
     assert Refund.objects.filter(amount_cents=25_000).count() == 2
+
+
+def test_the_card_of_a_switched_off_agents_call_says_an_approval_executes_nothing(
+    make_agent: MakeAgent, orders: list[Order], reviewer: User, client: Client
+) -> None:
+    agent = make_agent(auto_approve_below_cents=2_000, confirm_above_cents=1_000)[0]
+    waiting = held(refund(agent, "ORD-441", 2_500, session="s-1"))
+    Agent.objects.filter(pk=agent.pk).update(is_active=False)
+
+    page = text(client.get(reverse("approvals:detail", args=[waiting.pk])).content)
+    approved = client.post(reverse("approvals:approve", args=[waiting.pk]))
+
+    # As the approval judges it: no policy, so no second look, and nothing executes.
+    assert "your approval settles it as invalidated, and nothing executes" in page
+    assert "Your approval executes it" not in page
+    assert approved.status_code == 303
+    waiting.refresh_from_db()
+    assert waiting.status == ConfirmationStatus.INVALIDATED
+    assert not Refund.objects.exists()

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from celery import current_app
 from django.contrib.auth.models import User
 from django.utils import timezone
 
@@ -22,6 +23,7 @@ from approvals.services import (
     confirmation_reject,
     confirmations_expire_due,
 )
+from approvals.tasks import confirmation_execute_task
 from dispatch.models import Agent, Confirmation, IdempotencyRecord
 from orders.models import Order, Refund
 from orders.services import gateway_faults_set
@@ -67,6 +69,30 @@ def test_an_approved_refund_executes_once_after_the_commit(
         ("executing", "worker"),
         ("executed", "worker"),
     ]
+
+
+def test_with_a_broker_the_approval_sends_its_execution_by_the_workers_task_name(
+    held_refund: HeldRefund,
+    reviewers: list[User],
+    order: Order,
+    django_capture_on_commit_callbacks: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent: list[tuple[str, tuple[str, ...]]] = []
+    monkeypatch.setitem(current_app.conf, "task_always_eager", False)
+    monkeypatch.setattr(
+        current_app, "send_task", lambda name, args, **_: sent.append((name, tuple(args)))
+    )
+    held = held_refund()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        confirmation_approve(confirmation_id=held.pk, reviewer=reviewers[0])
+
+    # The services name the task and never import it: the name is the one the worker knows.
+    assert sent == [(confirmation_execute_task.name, (held.pk,))]
+    held.refresh_from_db()
+    assert held.status == "approved"
+    assert ledger(order) == []
 
 
 def test_nothing_executes_before_the_approval_commits(
