@@ -2,17 +2,26 @@
 PYTHON ?= python3
 PY := .venv/bin/python
 BIN := .venv/bin
-STAMP := .venv/.installed
+# Two installs, each stamped: the demo's (what it runs, with the retail desk's data) and the
+# development tools' (tests, lint, the examples' SDKs), which include the demo's. `make test` or
+# `make lint` after `make demo` still installs the tools.
+DEMO_STAMP := .venv/.installed-demo
+DEV_STAMP := .venv/.installed-dev
 
 .PHONY: install lint format test demo bench clean
 
-install: $(STAMP)
+install: $(DEV_STAMP)
 
-$(STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv .venv
+	$(BIN)/pip install -q -e '.[retail]'
+	touch $@
+
+$(DEV_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv .venv
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
-	touch $(STAMP)
+	touch $(DEMO_STAMP) $@
 
 lint: install
 	$(BIN)/ruff check .
@@ -35,7 +44,7 @@ test: install
 # `make demo PORT=8080` serves on another port.
 PORT ?= 8000
 
-demo: install
+demo: $(DEMO_STAMP)
 	$(PY) manage.py migrate
 	$(PY) manage.py seed_demo --base-url http://127.0.0.1:$(PORT)
 	$(PY) manage.py runserver 127.0.0.1:$(PORT)
