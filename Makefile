@@ -41,13 +41,14 @@ test: install
 	$(BIN)/pytest -m "worker and not faults"
 	$(BIN)/pytest -m faults -s --timeout 240
 
-# `make demo PORT=8080` serves on another port.
+# `make demo PORT=8080` serves on another port. Without the autoreloader the server starts in one
+# process rather than two, each loading the whole project.
 PORT ?= 8000
 
 demo: $(DEMO_STAMP)
 	$(PY) manage.py migrate
 	$(PY) manage.py seed_demo --base-url http://127.0.0.1:$(PORT)
-	$(PY) manage.py runserver 127.0.0.1:$(PORT)
+	$(PY) manage.py runserver --noreload 127.0.0.1:$(PORT)
 
 bench: install
 	$(PY) bench/run.py

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Group, Permission, User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
@@ -233,19 +234,22 @@ class Command(BaseCommand):
             self.stdout.write(f"  {line}")
 
     def _seed_users(self, password: str) -> dict[str, User]:
+        # Hashed once for every demo user: each hash takes the password hasher's full work, and
+        # the password is public anyway.
+        hashed = make_password(password)
         users = {}
         for demo in DEMO_USERS:
             user = User.objects.filter(username=demo.username).first()
             if user is None:
-                user = User.objects.create_user(
-                    demo.username,
+                user = User.objects.create(
+                    username=demo.username,
                     email=f"{demo.username}@example.com",
-                    password=password,
+                    password=hashed,
                     is_staff=True,
                     is_superuser=demo.superuser,
                 )
             else:
-                user.set_password(password)
+                user.password = hashed
                 user.is_active = True
                 user.is_staff = True
                 user.is_superuser = demo.superuser
