@@ -12,9 +12,11 @@ DEV_STAMP := .venv/.installed-dev
 
 install: $(DEV_STAMP)
 
+# Not compiled to bytecode at install: the demo's first run compiles the modules it imports, a
+# fraction of what it installs.
 $(DEMO_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv .venv
-	$(BIN)/pip install -q -e '.[retail]'
+	$(BIN)/pip install -q --no-compile -e '.[retail]'
 	touch $@
 
 $(DEV_STAMP): pyproject.toml
@@ -41,13 +43,12 @@ test: install
 	$(BIN)/pytest -m "worker and not faults"
 	$(BIN)/pytest -m faults -s --timeout 240
 
-# `make demo PORT=8080` serves on another port. Without the autoreloader the server starts in one
-# process rather than two, each loading the whole project.
+# `make demo PORT=8080` serves on another port. seed_demo migrates in its own process, and without
+# the autoreloader the server starts in one process rather than two: each loads the whole project.
 PORT ?= 8000
 
 demo: $(DEMO_STAMP)
-	$(PY) manage.py migrate
-	$(PY) manage.py seed_demo --base-url http://127.0.0.1:$(PORT)
+	$(PY) manage.py seed_demo --migrate --base-url http://127.0.0.1:$(PORT)
 	$(PY) manage.py runserver --noreload 127.0.0.1:$(PORT)
 
 bench: install

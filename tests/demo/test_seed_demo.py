@@ -303,3 +303,12 @@ def test_it_leaves_sqlite_waiting_for_the_disk_as_before(run: Run) -> None:
         cursor.execute("PRAGMA synchronous")
         assert cursor.fetchone() == (before,)
     assert before != 0
+
+
+# Committed for real: migrate runs outside any transaction, as `make demo` runs it.
+@pytest.mark.django_db(transaction=True)
+def test_it_migrates_first_when_asked_as_make_demo_does(run: Run) -> None:
+    output = run("seed_demo", "--force", "--migrate")
+
+    assert output.index("No migrations to apply") < output.index("Orders:")
+    assert Order.objects.filter(order_id="ORD-1001").exists()

@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Group, Permission, User
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -88,6 +89,11 @@ class Command(BaseCommand):
             "none (default %(default)s)",
         )
         parser.add_argument(
+            "--migrate",
+            action="store_true",
+            help="apply the database's migrations first, in this process (make demo does)",
+        )
+        parser.add_argument(
             "--force",
             action="store_true",
             help="seed even though DEBUG is off; never on a database that matters",
@@ -111,6 +117,8 @@ class Command(BaseCommand):
         base_url = options["base_url"].rstrip("/")
 
         with _sqlite_unsynced():
+            if options["migrate"]:
+                call_command("migrate", stdout=self.stdout, verbosity=options["verbosity"])
             self._seed(token=token, password=password, history_sessions=options["history_sessions"])
         self._print_instructions(token=token, password=password, base_url=base_url)
 
@@ -309,8 +317,9 @@ class Command(BaseCommand):
 def _sqlite_unsynced() -> Iterator[None]:
     """On SQLite, commit without waiting for the disk while seeding.
 
-    The history commits a few thousand transactions, one for each call and decision as in
-    production, and waiting for each to reach the disk took most of the seed's time. A demo
+    The migrations and the history commit a few thousand transactions, one for each call and
+    decision as in production, and waiting for each to reach the disk took most of the seed's
+    time. A demo
     database that a power cut leaves broken mid-seed is deleted and seeded again."""
 
     def unsynced(*, connection: BaseDatabaseWrapper, **_: object) -> None:
