@@ -14,7 +14,7 @@ from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, OK, Code
 from dispatch.pipeline.what_if import Tally
 from dispatch.registry import tool_registry
 
-# The pipeline's stages (README.md, "How a call is judged"), by the number each code carries.
+# The pipeline's stages (docs/pipeline.md), by the number each code carries.
 STAGES = {
     0: "step budget",
     1: "tool",

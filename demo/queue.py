@@ -1,6 +1,7 @@
 """The demo's reviewer queue: held refunds in every state a reviewer meets.
 
-ORD-1001 is left as it was: the README's walk-through starts from it.
+ORD-1001 and ORD-1007 are left as they were, and CUS-4 gets no USD refund: the README's
+walk-through starts from them (tests/toolgate/test_readme.py sends it to a seeded demo).
 
 Everything goes through the product itself: the demo agent's calls through the pipeline
 (call_dispatch), decisions through the approval services, executions through the task they

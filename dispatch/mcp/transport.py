@@ -185,7 +185,7 @@ def _refusal(
 
 # A static token, not OAuth: the challenge names the scheme MCP clients send it under, and the
 # realm, with no resource metadata to start OAuth from; a wrong token adds RFC 6750's error. The
-# body says what to send; the MCP Inspector starts OAuth on any 401 all the same (the README,
+# body says what to send; the MCP Inspector starts OAuth on any 401 all the same (docs/mcp.md,
 # "MCP clients", says what it shows then).
 _CHALLENGE = 'Bearer realm="toolgate"'
 _WRONG_TOKEN_CHALLENGE = (

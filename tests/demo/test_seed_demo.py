@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth.models import User
 from django.core.management.base import CommandError
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 from pytest_django.fixtures import Settings
@@ -285,3 +286,29 @@ def test_it_loads_the_retail_desk_and_its_agent_beside_the_refund_agent(run: Run
     assert "Retail data: 500 users, 1000 orders, 50 products loaded." in output
     assert "Retail data: already loaded." in again
     assert RETAIL_TOKEN in output
+
+
+# Committed for real: the seed's commits do not wait for the disk, and the wait is put back after.
+@pytest.mark.django_db(transaction=True)
+def test_it_leaves_sqlite_waiting_for_the_disk_as_before(run: Run) -> None:
+    if connection.vendor != "sqlite":
+        pytest.skip("the wait for the disk is SQLite's")
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA synchronous")
+        [before] = cursor.fetchone()
+
+    run("seed_demo", "--force")
+
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA synchronous")
+        assert cursor.fetchone() == (before,)
+    assert before != 0
+
+
+# Committed for real: migrate runs outside any transaction, as `make demo` runs it.
+@pytest.mark.django_db(transaction=True)
+def test_it_migrates_first_when_asked_as_make_demo_does(run: Run) -> None:
+    output = run("seed_demo", "--force", "--migrate")
+
+    assert output.index("No migrations to apply") < output.index("Orders:")
+    assert Order.objects.filter(order_id="ORD-1001").exists()

@@ -1,5 +1,5 @@
-"""The MCP server, driven by the SDK's own client over both transports, with only what the
-README's configurations send: over stdio the token in the environment and the customer (and the
+"""The MCP server, driven by the SDK's own client over both transports, with only what
+docs/mcp.md's configurations send: over stdio the token in the environment and the customer (and the
 conversation, where the host names it); over HTTP `Authorization: Bearer` and the customer's
 header. The client negotiates as it does by default (mode "auto": protocol 2026-07-28 where the
 server offers it, the initialize handshake otherwise) unless a test says "legacy".
@@ -199,7 +199,7 @@ def http_connect(url: str) -> Connect:
         session: str | None = None,
         mode: str = "auto",
     ) -> AsyncIterator[Client]:
-        # The README's headers; the host's conversation only where a test names one.
+        # docs/mcp.md's headers; the host's conversation only where a test names one.
         headers = {"Authorization": f"Bearer {token}"}
         if customer is not None:
             headers[mcp.CUSTOMER_HEADER] = customer

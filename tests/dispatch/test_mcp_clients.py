@@ -1,9 +1,9 @@
-"""The MCP server driven by clients nobody here wrote, each pinned, with the README's
+"""The MCP server driven by clients nobody here wrote, each pinned, with docs/mcp.md's
 configurations and nothing else: fastmcp's client (pyproject's dev extras) and the MCP Inspector's
 CLI (tests/dispatch/inspector/, installed with `npm ci` where Node is present: CI has it).
 
-The configurations are read from the README's own JSON blocks, with the paths, the token and the
-port of this run put in, so that what the README says is what is tested.
+The configurations are read from docs/mcp.md's own JSON blocks, with the paths, the token and
+the port of this run put in, so that what the page says is what is tested.
 """
 
 from __future__ import annotations
@@ -43,14 +43,14 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 T = TypeVar("T")
 FastMCPClient = Client[Any]
 INSPECTOR = ROOT / "tests" / "dispatch" / "inspector"
-README_TOKEN = "<the agent's token>"
-README_URL = "http://127.0.0.1:8001/mcp"
+DOC_TOKEN = "<the agent's token>"
+DOC_URL = "http://127.0.0.1:8001/mcp"
 HELD = {**REFUND, "amount_cents": 9000}
 
 
-def readme_configuration(marker: str) -> dict[str, Any]:
-    """The README's JSON configuration block that contains `marker`."""
-    text = (ROOT / "README.md").read_text()
+def documented_configuration(marker: str) -> dict[str, Any]:
+    """docs/mcp.md's JSON configuration block that contains `marker`."""
+    text = (ROOT / "docs" / "mcp.md").read_text()
     blocks = re.findall(r"```json\n(.*?)```", text, re.S)
     [block] = [block for block in blocks if marker in block]
     configuration: dict[str, Any] = json.loads(block)
@@ -58,15 +58,15 @@ def readme_configuration(marker: str) -> dict[str, Any]:
 
 
 def claude_desktop(token: str, *args: str) -> dict[str, Any]:
-    """The README's Claude Desktop configuration, for this checkout and the test database (the
-    README's "add DATABASE_URL and the rest of the configuration to env"); `args` are what a host
+    """docs/mcp.md's Claude Desktop configuration, for this checkout and the test database (its
+    "add DATABASE_URL and the rest of the configuration to env"); `args` are what a host
     adds, such as the conversation it starts the server for."""
-    configuration = readme_configuration('"command"')
+    configuration = documented_configuration('"command"')
     server = configuration["mcpServers"]["toolgate"]
     server["command"] = server["command"].replace("/path/to/toolgate", str(ROOT))
     server["args"] = [arg.replace("/path/to/toolgate", str(ROOT)) for arg in server["args"]]
     server["args"] += list(args)
-    assert server["env"] == {mcp.TOKEN_VARIABLE: README_TOKEN}
+    assert server["env"] == {mcp.TOKEN_VARIABLE: DOC_TOKEN}
     server["env"] = {
         mcp.TOKEN_VARIABLE: token,
         "DATABASE_URL": server_database_url(),
@@ -76,14 +76,14 @@ def claude_desktop(token: str, *args: str) -> dict[str, Any]:
 
 
 def claude_code(url: str, token: str, *, customer: str = "CUS-1") -> dict[str, Any]:
-    """The README's configuration for a client that takes a URL and headers."""
-    configuration = readme_configuration('"type": "http"')
+    """docs/mcp.md's configuration for a client that takes a URL and headers."""
+    configuration = documented_configuration('"type": "http"')
     server = configuration["mcpServers"]["toolgate"]
-    assert server["url"] == README_URL
+    assert server["url"] == DOC_URL
     server["url"] = url
     headers = server["headers"]
     assert set(headers) == {"Authorization", mcp.CUSTOMER_HEADER}
-    headers["Authorization"] = headers["Authorization"].replace(README_TOKEN, token)
+    headers["Authorization"] = headers["Authorization"].replace(DOC_TOKEN, token)
     headers[mcp.CUSTOMER_HEADER] = customer
     return configuration
 
@@ -136,7 +136,7 @@ def assert_refund_retry_and_hold(results: list[Any], token: str, ledger: Ledger)
     assert ledger.state() == (1, 1000)
 
 
-def test_fastmcp_over_http_with_the_readme_configuration(
+def test_fastmcp_over_http_with_the_documented_configuration(
     mcp_url: str, token: str, ledger: Ledger
 ) -> None:
     results = with_fastmcp(claude_code(mcp_url, token), refund_retry_and_hold)
@@ -144,7 +144,7 @@ def test_fastmcp_over_http_with_the_readme_configuration(
     assert_refund_retry_and_hold(results, token, ledger)
 
 
-def test_fastmcp_over_stdio_with_the_readme_configuration(token: str, ledger: Ledger) -> None:
+def test_fastmcp_over_stdio_with_the_documented_configuration(token: str, ledger: Ledger) -> None:
     results = with_fastmcp(claude_desktop(token), refund_retry_and_hold)
 
     assert_refund_retry_and_hold(results, token, ledger)
@@ -246,7 +246,7 @@ LIST = ["--method", "tools/list", "--format", "json", "-q"]
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
-def test_the_inspector_lists_and_calls_the_tools_with_the_readme_configuration(
+def test_the_inspector_lists_and_calls_the_tools_with_the_documented_configuration(
     request: pytest.FixtureRequest,
     inspector: Path,
     tmp_path: Path,
@@ -274,7 +274,7 @@ def test_the_inspector_lists_and_calls_the_tools_with_the_readme_configuration(
 def test_the_inspectors_retry_in_a_new_process_of_the_same_conversation_is_replayed(
     inspector: Path, tmp_path: Path, token: str, ledger: Ledger
 ) -> None:
-    # The CLI starts a server per call: the host names the conversation, as the README says.
+    # The CLI starts a server per call: the host names the conversation, as docs/mcp.md says.
     configuration = claude_desktop(token, "--session", "conv-inspected")
 
     first = inspect(inspector, tmp_path, configuration, *refund_args(REFUND))

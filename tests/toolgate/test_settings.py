@@ -1,4 +1,4 @@
-"""The production settings pass Django's deployment checks, as the README promises."""
+"""The production settings pass Django's deployment checks, as docs/configuration.md promises."""
 
 from __future__ import annotations
 

@@ -169,7 +169,7 @@ REST_FRAMEWORK: dict[str, Any] = {
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
     "EXCEPTION_HANDLER": "dispatch.errors.api_exception_handler",
-    # `?format=` names a tool format (README.md, the agent API's `/tools`), not a renderer.
+    # `?format=` names a tool format (docs/api.md, the agent API's `/tools`), not a renderer.
     "URL_FORMAT_OVERRIDE": None,
 }
 

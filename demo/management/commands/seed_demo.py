@@ -5,13 +5,19 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Group, Permission, User
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
 
 from analytics.fills import rollups_fill
 from approvals.models import ReviewerLimit
@@ -83,6 +89,11 @@ class Command(BaseCommand):
             "none (default %(default)s)",
         )
         parser.add_argument(
+            "--migrate",
+            action="store_true",
+            help="apply the database's migrations first, in this process (make demo does)",
+        )
+        parser.add_argument(
             "--force",
             action="store_true",
             help="seed even though DEBUG is off; never on a database that matters",
@@ -105,6 +116,13 @@ class Command(BaseCommand):
             raise CommandError("The password must not be empty.")
         base_url = options["base_url"].rstrip("/")
 
+        with _sqlite_unsynced():
+            if options["migrate"]:
+                call_command("migrate", stdout=self.stdout, verbosity=options["verbosity"])
+            self._seed(token=token, password=password, history_sessions=options["history_sessions"])
+        self._print_instructions(token=token, password=password, base_url=base_url)
+
+    def _seed(self, *, token: str, password: str, history_sessions: int) -> None:
         with transaction.atomic():
             self._seed_orders()
             agent = self._seed_agent(token)
@@ -117,18 +135,16 @@ class Command(BaseCommand):
             second_reviewer=users["reviewer2"],
             say=self.stdout.write,
         )
-        if options["history_sessions"]:
+        if history_sessions:
             demo_history_seed(
                 agent=agent,
                 reviewers=[users["reviewer"], users["reviewer2"]],
                 say=self.stdout.write,
-                sessions=options["history_sessions"],
+                sessions=history_sessions,
             )
         # Beat fills the rollups in production; here nothing else writes meanwhile, so every call
         # and decision just recorded is counted at once (a later call is read from its record).
         rollups_fill(lag=timedelta(0))
-
-        self._print_instructions(token=token, password=password, base_url=base_url)
 
     def _seed_orders(self) -> None:
         existing = set(
@@ -226,19 +242,22 @@ class Command(BaseCommand):
             self.stdout.write(f"  {line}")
 
     def _seed_users(self, password: str) -> dict[str, User]:
+        # Hashed once for every demo user: each hash takes the password hasher's full work, and
+        # the password is public anyway.
+        hashed = make_password(password)
         users = {}
         for demo in DEMO_USERS:
             user = User.objects.filter(username=demo.username).first()
             if user is None:
-                user = User.objects.create_user(
-                    demo.username,
+                user = User.objects.create(
+                    username=demo.username,
                     email=f"{demo.username}@example.com",
-                    password=password,
+                    password=hashed,
                     is_staff=True,
                     is_superuser=demo.superuser,
                 )
             else:
-                user.set_password(password)
+                user.password = hashed
                 user.is_active = True
                 user.is_staff = True
                 user.is_superuser = demo.superuser
@@ -292,6 +311,39 @@ class Command(BaseCommand):
         ]
         for line in lines:
             self.stdout.write(line)
+
+
+@contextmanager
+def _sqlite_unsynced() -> Iterator[None]:
+    """On SQLite, commit without waiting for the disk while seeding.
+
+    The migrations and the history commit a few thousand transactions, one for each call and
+    decision as in production, and waiting for each to reach the disk took most of the seed's
+    time. A demo
+    database that a power cut leaves broken mid-seed is deleted and seeded again."""
+
+    def unsynced(*, connection: BaseDatabaseWrapper, **_: object) -> None:
+        if connection.vendor == "sqlite":
+            with connection.cursor() as cursor:
+                cursor.execute("PRAGMA synchronous = OFF")
+
+    # Inside a transaction (a test's) nothing is committed to the disk until it ends anyway.
+    if connection.vendor != "sqlite" or connection.in_atomic_block:
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA synchronous")
+        [previous] = cursor.fetchone()
+    # Every connection opened meanwhile too: an execution's lease thread opens its own.
+    connection_created.connect(unsynced)
+    unsynced(connection=connection)
+    try:
+        yield
+    finally:
+        connection_created.disconnect(unsynced)
+        if connection.connection is not None:
+            with connection.cursor() as cursor:
+                cursor.execute(f"PRAGMA synchronous = {int(previous)}")
 
 
 # The currencies of the demo's orders: its policy's thresholds and its reviewers' limits are in
