@@ -20,10 +20,19 @@ MODEL = os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-5-5")
 ASK = " ".join(sys.argv[1:]) or "Order ORD-1001 arrived damaged. Please refund R$ 80,00."
 
 
+def required(name: str, what: str) -> str:
+    value = os.environ.get(name, "")
+    if not value:
+        sys.exit(f"Set {name}: {what}.")
+    return value
+
+
 def main() -> int:
-    toolgate = Toolgate(
-        URL, os.environ["TOOLGATE_TOKEN"], customer_id=os.environ.get("TOOLGATE_CUSTOMER", "CUS-1")
+    token = required(
+        "TOOLGATE_TOKEN", "the agent's token (make demo prints the demo agent's, with the URL)"
     )
+    required("ANTHROPIC_API_KEY", "your Anthropic API key, which the SDK reads")
+    toolgate = Toolgate(URL, token, customer_id=os.environ.get("TOOLGATE_CUSTOMER", "CUS-1"))
     model = Anthropic()  # ANTHROPIC_API_KEY, and ANTHROPIC_BASE_URL if set
     tools: Any = toolgate.tools("anthropic")
     messages: list[Any] = [{"role": "user", "content": ASK}]

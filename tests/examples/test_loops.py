@@ -290,3 +290,35 @@ def test_the_anthropic_loop_corrects_a_float_and_waits_for_the_reviewer(
     assert "Decided: executed" in run.stdout
     assert "Model: Refunded R$ 80,90." in run.stdout
     assert_one_refund_and_its_audit(ledger)
+
+
+@pytest.mark.parametrize(
+    ("script", "env", "missing"),
+    [
+        ("openai_loop.py", {"OPENAI_API_KEY": "sk-test"}, "TOOLGATE_TOKEN"),
+        ("anthropic_loop.py", {"ANTHROPIC_API_KEY": "sk-ant-test"}, "TOOLGATE_TOKEN"),
+        ("openai_loop.py", {"TOOLGATE_TOKEN": "tg_x"}, "OPENAI_API_KEY"),
+        ("anthropic_loop.py", {"TOOLGATE_TOKEN": "tg_x"}, "ANTHROPIC_API_KEY"),
+    ],
+)
+def test_an_example_without_a_key_says_which_and_where_it_comes_from(
+    script: str, env: dict[str, str], missing: str
+) -> None:
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("OPENAI_", "ANTHROPIC_", "TOOLGATE_"))
+    }
+    environment.update(env, TOOLGATE_URL="http://127.0.0.1:9")
+
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / script)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert run.returncode == 1
+    assert run.stderr.startswith(f"Set {missing}: ")
+    assert "Traceback" not in run.stderr

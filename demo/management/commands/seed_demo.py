@@ -308,6 +308,9 @@ class Command(BaseCommand):
             f"    -d {shlex.quote(retail_body)}",
             "Simulate agents against it:",
             "  .venv/bin/python manage.py simulate_agents --sessions 50",
+            "A model loop through it (the SDKs: .venv/bin/pip install -e '.[examples]'):",
+            f"  TOOLGATE_URL={base_url} TOOLGATE_TOKEN={token} OPENAI_API_KEY=... \\",
+            "    .venv/bin/python examples/openai_loop.py",
         ]
         for line in lines:
             self.stdout.write(line)
