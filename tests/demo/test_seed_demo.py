@@ -98,6 +98,11 @@ def test_it_creates_the_users_in_their_groups(run: Run, client: Client) -> None:
     ]
     for username in ("admin", "reviewer", "manager"):
         assert User.objects.get(username=username).check_password("s3cret-demo")
+    # Only the administrator reaches the admin.
+    staff = set(User.objects.filter(is_staff=True).values_list("username", flat=True))
+    assert staff == {"admin"}
+    client.force_login(User.objects.get(username="manager"))
+    assert client.get("/admin/").status_code == 302
     assert client.login(username="admin", password="s3cret-demo")
     assert client.get("/admin/").status_code == 200
 
@@ -107,12 +112,16 @@ def test_the_reviewer_and_the_manager_see_only_what_their_group_may(
 ) -> None:
     run("seed_demo", "--force")
 
+    # Their own pages, and no page of the admin: only the administrator is staff.
     assert client.login(username="reviewer", password="toolgate-demo")
-    assert client.get("/admin/dispatch/confirmation/").status_code == 200
-    assert client.get("/admin/dispatch/auditrecord/").status_code == 403
+    assert client.get("/approvals/").status_code == 200
+    assert client.get("/records/confirmations/").status_code == 403
+    assert client.get("/admin/dispatch/confirmation/").status_code == 302
     assert client.login(username="manager", password="toolgate-demo")
-    assert client.get("/admin/dispatch/auditrecord/").status_code == 200
-    assert client.get("/admin/dispatch/policy/add/").status_code == 403
+    assert client.get("/records/orders/").status_code == 200
+    assert client.get("/analytics/").status_code == 200
+    assert client.get("/admin/dispatch/auditrecord/").status_code == 302
+    assert client.get("/admin/dispatch/policy/add/").status_code == 302
 
 
 def test_it_is_idempotent(run: Run) -> None:

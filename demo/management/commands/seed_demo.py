@@ -253,13 +253,15 @@ class Command(BaseCommand):
                     username=demo.username,
                     email=f"{demo.username}@example.com",
                     password=hashed,
-                    is_staff=True,
+                    # Only the administrator reaches the admin: reviewers and managers work
+                    # from their own pages.
+                    is_staff=demo.superuser,
                     is_superuser=demo.superuser,
                 )
             else:
                 user.password = hashed
                 user.is_active = True
-                user.is_staff = True
+                user.is_staff = demo.superuser
                 user.is_superuser = demo.superuser
                 user.save(update_fields=["password", "is_active", "is_staff", "is_superuser"])
             if demo.group is not None:
