@@ -22,6 +22,7 @@ statement timeout, so nothing it set outlives it on a connection that an agent's
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,7 +38,9 @@ from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
 from dispatch.apis import JsonApi
-from dispatch.errors import error_body, is_api_request
+from dispatch.errors import database_away, error_body, is_api_request
+
+logger = logging.getLogger(__name__)
 
 # The managers' pages and API.
 MANAGER_PATHS = ("/analytics/", "/api/v1/metrics")
@@ -111,22 +114,36 @@ class ManagerRequestMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if not request.path_info.startswith(MANAGER_PATHS):
             return self.get_response(request)
-        with transaction.atomic(), manager_slot() as taken:
-            if not taken:
-                return _busy(request)
-            budget = budget_seconds()
-            request.manager_deadline = monotonic() + budget  # type: ignore[attr-defined]
-            savepoint = transaction.savepoint()
-            request.manager_savepoint = savepoint  # type: ignore[attr-defined]
-            with _statement_timeout(budget):
-                response = self.get_response(request)
-            _undo(savepoint)
+        try:
+            if not _may_be_signed_in(request):
+                # The view answers an anonymous request (the login page, a 401) without a slot:
+                # only people who may read the reports wait for one or hold one.
+                return self.get_response(request)
+            with transaction.atomic(), manager_slot() as taken:
+                if not taken:
+                    return _busy(request)
+                budget = budget_seconds()
+                request.manager_deadline = monotonic() + budget  # type: ignore[attr-defined]
+                savepoint = transaction.savepoint()
+                request.manager_savepoint = savepoint  # type: ignore[attr-defined]
+                with _statement_timeout(budget):
+                    response = self.get_response(request)
+                _undo(savepoint)
+        except Exception as exc:
+            # A connection the server ended (a restart, a failover) fails the slot's transaction
+            # itself: the same retryable 503 as the agents' API, not a 500.
+            if too_heavy(exc) or not database_away(exc):
+                raise
+            return _database_unavailable(request, exc)
         return response
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         savepoint = getattr(request, "manager_savepoint", None)
         if savepoint is None:
             return None
+        if not too_heavy(exception) and database_away(exception):
+            # Nothing more can run on the connection: no savepoint to go back to.
+            return _database_unavailable(request, exception)
         # A statement that failed leaves the transaction unusable: back to before the view, so
         # that the answer (which reads the navigation) can be made, and made whatever the bound.
         _undo(savepoint)
@@ -214,6 +231,41 @@ def _undo(savepoint: str) -> None:
     # until the mark is cleared: clear it, and go back to the savepoint, which makes it whole.
     transaction.set_rollback(False)
     transaction.savepoint_rollback(savepoint)
+
+
+def _may_be_signed_in(request: HttpRequest) -> bool:
+    """Whether the request may come from someone signed in: a session's user, or a token for the
+    API (whose view authenticates it). Read before any slot is taken; a request with neither
+    cookie nor token reads nothing to find out."""
+    if is_api_request(request) and request.META.get("HTTP_AUTHORIZATION"):
+        return True
+    user = getattr(request, "user", None)
+    return bool(user is not None and user.is_authenticated)
+
+
+def _database_unavailable(request: HttpRequest, exc: BaseException) -> HttpResponse:
+    logger.warning(
+        "The database is unavailable for %s %s: %s", request.method, request.path_info, exc
+    )
+    # Closed, so that the next request opens a connection of its own.
+    connection.close()
+    message = "The database is unavailable; send the same request again in a moment"
+    if is_api_request(request):
+        response: HttpResponse = JsonResponse(
+            error_body(
+                status_code=503, code="database_unavailable", message=message, retryable=True
+            ),
+            status=503,
+        )
+    else:
+        response = render(
+            request,
+            "analytics/database_unavailable.html",
+            {"message": message, "retry_after": RETRY_AFTER_SECONDS},
+            status=503,
+        )
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
 
 
 def _busy(request: HttpRequest) -> HttpResponse:

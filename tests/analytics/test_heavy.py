@@ -8,9 +8,10 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from time import monotonic
+from time import monotonic, sleep
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 from django.test import Client
@@ -243,3 +244,49 @@ def test_a_slot_is_let_go_however_the_request_ended(
 
     assert busy.status_code == 503
     assert manager.get("/analytics/").status_code == 200
+
+
+def test_an_anonymous_request_is_sent_to_log_in_without_waiting_for_a_slot(
+    django_assert_num_queries: Any,
+) -> None:
+    anonymous = Client()
+
+    with every_slot_taken():
+        with django_assert_num_queries(0):
+            page = anonymous.get("/analytics/")
+        # Refused by the API's authentication (which records the refusal), not told it is busy.
+        api = anonymous.get("/api/v1/metrics/what-if", {"agent": "1"})
+
+    assert page.status_code == 302 and page["Location"].startswith("/accounts/login/")
+    assert api.status_code in (401, 403)
+    assert api.json()["error"]["code"] == "not_authenticated"
+
+
+# The request's connection is the outermost one, as in production with CONN_MAX_AGE.
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["/analytics/", "/api/v1/metrics/what-if?agent=1"])
+def test_a_connection_the_database_ended_is_a_retryable_503_then_the_page_again(
+    manager: Client, path: str
+) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("ending a server's connection to the database needs PostgreSQL")
+    assert manager.get("/analytics/").status_code == 200
+    pid = connection.connection.info.backend_pid
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
+            sleep(0.01)
+
+    try:
+        lost = manager.get(path)
+        again = manager.get("/analytics/")
+    finally:
+        connection.close()
+
+    assert lost.status_code == 503 and lost["Retry-After"] == "2"
+    if path.startswith("/api/"):
+        error = lost.json()["error"]
+        assert (error["code"], error["retryable"]) == ("database_unavailable", True)
+    else:
+        assert "The database is unavailable" in lost.content.decode()
+    assert again.status_code == 200
