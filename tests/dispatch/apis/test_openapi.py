@@ -74,7 +74,7 @@ def test_the_tool_formats_are_documented(served: dict[str, Any]) -> None:
     operation = served["paths"]["/api/v1/tools"]["get"]
 
     (shape,) = [p for p in operation["parameters"] if p["name"] == "format"]
-    assert shape["schema"]["enum"] == ["anthropic", "neutral", "openai"]
+    assert shape["schema"]["enum"] == ["anthropic", "neutral", "openai", "responses"]
     assert shape["schema"]["default"] == "neutral"
     assert '"strict": true' in shape["description"]
     assert "400" in operation["responses"]
