@@ -371,9 +371,12 @@ def test_managers_see_security_events_and_reviewers_do_not(run: Run, client: Cli
     run("seed_demo", "--force")
 
     assert client.login(username="manager", password="toolgate-demo")
-    manager = client.get("/admin/dispatch/securityevent/")
+    manager = client.get("/records/security/")
+    manager_admin = client.get("/admin/dispatch/securityevent/")
     assert client.login(username="reviewer", password="toolgate-demo")
-    reviewer = client.get("/admin/dispatch/securityevent/")
+    reviewer = client.get("/records/security/")
 
     assert (manager.status_code, reviewer.status_code) == (200, 403)
+    # Neither is staff: the records' page is theirs, the admin the administrator's.
+    assert manager_admin.status_code == 302
     assert not User.objects.get(username="manager").is_superuser
