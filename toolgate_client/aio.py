@@ -20,11 +20,17 @@ from typing import Any
 
 import httpx
 
-from toolgate_client.envelope import call_envelope, error_from, request_headers
+from toolgate_client.envelope import (
+    answer_document,
+    call_envelope,
+    error_from,
+    request_headers,
+    timed_out,
+    unreachable,
+)
 from toolgate_client.types import (
     CallResult,
     Confirmation,
-    ConnectionFailedError,
     WaitTimeoutError,
 )
 
@@ -155,25 +161,16 @@ class AsyncToolgate:
         try:
             response = await self.request(method, path, **options)
         except httpx.TimeoutException:
-            raise ConnectionFailedError(
-                f"{self.base_url} did not answer within {self.timeout:g} s",
-                status=0,
-                code="timeout",
-                retryable=True,
-            ) from None
+            raise timed_out(self.base_url, self.timeout) from None
         except httpx.TransportError as exc:
-            raise ConnectionFailedError(
-                f"cannot connect to {self.base_url}: {exc}",
-                status=0,
-                code="connection_failed",
-                retryable=True,
-            ) from None
+            raise unreachable(self.base_url, exc) from None
         try:
             document = response.json()
         except ValueError:
             document = None
-        if response.status_code == 200 and isinstance(document, dict):
-            return document
+        answer = answer_document(response.status_code, document)
+        if answer is not None:
+            return answer
         raise error_from(
             status=response.status_code,
             method=response.request.method,

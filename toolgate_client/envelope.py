@@ -9,6 +9,7 @@ from typing import Any
 from toolgate_client.types import (
     AuthenticationError,
     ConflictError,
+    ConnectionFailedError,
     MalformedRequestError,
     NotFoundError,
     PermissionDeniedError,
@@ -89,3 +90,26 @@ def error_from(
         retry_after=float(retry_after) if retry_after and retry_after.isdigit() else None,
         error_id=error.get("error_id"),
     )
+
+
+def timed_out(base_url: str, timeout: float) -> ConnectionFailedError:
+    return ConnectionFailedError(
+        f"{base_url} did not answer within {timeout:g} s",
+        status=0,
+        code="timeout",
+        retryable=True,
+    )
+
+
+def unreachable(base_url: str, error: BaseException) -> ConnectionFailedError:
+    return ConnectionFailedError(
+        f"cannot connect to {base_url}: {error}",
+        status=0,
+        code="connection_failed",
+        retryable=True,
+    )
+
+
+def answer_document(status: int, document: Any) -> dict[str, Any] | None:
+    """The answer's JSON object, if it is a result: a 200 with an object."""
+    return document if status == 200 and isinstance(document, dict) else None
