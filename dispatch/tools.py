@@ -2,7 +2,8 @@
 
 A model whose refund was held (CONFIRMATION_REQUIRED) can ask later what became of it. It sees
 only the confirmations of its own agent and customer; any other id is answered like one that does
-not exist.
+not exist. While the held call waits for a human, asking counts toward neither the session's step
+budget nor the repeat limit (ToolSpec.watches); once decided, the answer is its outcome.
 """
 
 from __future__ import annotations
@@ -67,5 +68,7 @@ def dispatch_tools() -> tuple[ToolSpec[Any], ...]:
             handler=get_confirmation_status,
             idempotent=True,
             codes=(CONFIRMATION_NOT_FOUND,),
+            # Asking while the call waits for a human costs the session nothing.
+            watches="confirmation_id",
         ),
     )

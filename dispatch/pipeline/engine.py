@@ -509,9 +509,10 @@ class Pipeline:
             claim=request,
         )
 
-        # 0. Step budget: the cheapest check, and it bounds every loop an agent can get into.
+        # 0. Step budget: the cheapest check, and it bounds every loop an agent can get into;
+        # a read of a held call's status while it waits is not counted (ToolSpec.watches).
         trace.step = opening.step
-        refusal = step_budget(opening.step, policy)
+        refusal = None if opening.free else step_budget(opening.step, policy)
         if refusal is not None:
             return _rejected(call, call_id, refusal.code, refusal.message)
 
@@ -578,6 +579,7 @@ class Pipeline:
             prepared.at,
             None if lookup is None else lookup(arguments, call.customer_id),
             allowance,
+            spec.watched_of(arguments),
         )
 
     def _stages_1_to_3(

@@ -96,7 +96,9 @@ def model_text_for(
         return (
             f"PENDING {tool}: held for human approval as confirmation "
             f"{data.get('confirmation_id')} until {data.get('expires_at')}. "
-            "Tell the user it awaits approval; do not send this call again."
+            "Tell the user it awaits approval; do not send this call again. For its outcome, "
+            "call get_confirmation_status with this confirmation_id where you have that tool: "
+            "asking while it waits costs nothing."
         )
     if code.model_fixable:
         advice = "Correct the call and send it again, or ask the user."

@@ -152,6 +152,9 @@ class ClaimRequest(NamedTuple):
     # The money the call would reserve, where its tool's money is its arguments': a store may
     # lock and read its history with the opening (see StatePort.open_call).
     allowance: AllowanceRequest | None = None
+    # The confirmation a read of a held call's status names (ToolSpec.watches): the read is
+    # free while that call waits (see StatePort.open_call).
+    watched: str | None = None
 
 
 class Opening(NamedTuple):
@@ -160,6 +163,23 @@ class Opening(NamedTuple):
     claim: Claim | None
     # The claim's lookup, if the store read it with the opening; None if it did not.
     read_ahead: ReadAhead | None = None
+    # A read of a waiting held call's status: neither the step nor the key's use was counted,
+    # and the key was claimed whatever the budget.
+    free: bool = False
+
+
+def watch_is_free(
+    confirmation: PendingConfirmation | None, agent_id: str, customer_id: str, now: datetime
+) -> bool:
+    """Whether a read of this confirmation's status is free: it exists, is the agent's and the
+    customer's own, and still waits for a human. Anything else counts as every call does."""
+    return (
+        confirmation is not None
+        and confirmation.agent_id == agent_id
+        and confirmation.customer_id == customer_id
+        and confirmation.status == "pending"
+        and confirmation.expires_at > now
+    )
 
 
 class Settlement(NamedTuple):
@@ -206,6 +226,10 @@ class StatePort(Protocol):
     ) -> Opening:
         """Count one step of the session (binding it on first use); then, only if the new count
         is within step_budget, claim the key as claim() does. Raises SessionConflict.
+
+        A claim that watches a confirmation (ClaimRequest.watched) for which watch_is_free holds
+        at the claim's `now` counts neither the step nor the key's use, and its key is claimed
+        whatever the budget (Opening.free); the store judges it in the same request as the step.
 
         Within the budget, a store may also read the claim's lookup in the same request and return
         it as Opening.read_ahead, which the pipeline hands to the tool; ignoring it is always
@@ -308,13 +332,23 @@ class InMemoryState:
             bound, steps = self.sessions.get((agent_id, session_id), (customer_id, 0))
             if bound != customer_id:
                 raise SessionConflict(session_id)
-            steps += 1
+            free = (
+                claim is not None
+                and claim.watched is not None
+                and watch_is_free(
+                    self.confirmations.get(claim.watched), agent_id, customer_id, claim.now
+                )
+            )
+            steps += 0 if free else 1
             self.sessions[agent_id, session_id] = (bound, steps)
-            if claim is None or steps > step_budget:
+            if claim is None or (steps > step_budget and not free):
                 return Opening(steps, None)
             return Opening(
                 steps,
-                self._claim(claim.key, claim.exclusive, claim.repeat_limit, claim.now, count=True),
+                self._claim(
+                    claim.key, claim.exclusive, claim.repeat_limit, claim.now, count=not free
+                ),
+                free=free,
             )
 
     def claim(

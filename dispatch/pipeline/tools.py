@@ -158,10 +158,15 @@ class ToolSpec(Generic[Args]):
     # The money a call moves, which policies' thresholds and the customer's sum judge: from its
     # arguments or from its subject's state; None for a tool that moves none.
     money: MoneyFromArguments | MoneyFromState[Args] | None = None
+    # The argument that names a held call's confirmation, for a read of its status: such a read
+    # counts toward neither the session's step budget nor the repeat limit while that call waits
+    # for a human (a confirmation of the same agent and customer, pending), so that a model can
+    # ask until it is decided; any other read of the tool counts as every call does.
+    watches: str | None = None
 
     def __post_init__(self) -> None:
         money = self.money
-        named = {"subject_field": self.subject_field}
+        named = {"subject_field": self.subject_field, "watches": self.watches}
         if isinstance(money, MoneyFromArguments):
             named |= {"money's amount": money.amount, "money's currency": money.currency}
         for kind, name in named.items():
@@ -179,6 +184,10 @@ class ToolSpec(Generic[Args]):
         """The argument that names the currency, where the money is the arguments'."""
         money = self.money
         return money.currency if isinstance(money, MoneyFromArguments) else None
+
+    def watched_of(self, arguments: BaseModel) -> str | None:
+        """The held call's confirmation a read of its status names, if the tool watches one."""
+        return None if self.watches is None else str(getattr(arguments, self.watches))
 
     def subject_of(self, arguments: BaseModel) -> str:
         return "" if self.subject_field is None else str(getattr(arguments, self.subject_field))

@@ -114,7 +114,7 @@ class PostgreSQL:
             source, key = lookup
             source_sql = _lookup_sql(source.sql)
             lookup_params = {f"lookup_{name}": value for name, value in key.items()}
-        opening = _open_sql(source_sql)
+        opening = _open_sql(source_sql, "watched" in params)
         params = {**params, **lookup_params, "commit_async": _commits_on_its_own()}
         if then:
             # One round trip: each statement starts once the one before it ended (a lock the
@@ -208,8 +208,14 @@ def _end_sql(settles: bool, reserves: bool, audit: str) -> str:
 
 
 @cache
-def _open_sql(lookup_sql: str) -> str:
-    return sql.OPEN_POSTGRESQL.format(step=sql.STEP, lookup=lookup_sql, head=sql.HEAD)
+def _open_sql(lookup_sql: str, watched: bool) -> str:
+    return sql.OPEN_POSTGRESQL.format(step=step_sql(watched), lookup=lookup_sql, head=sql.HEAD)
+
+
+def step_sql(watched: bool) -> str:
+    """The step's statement: a read of a held call's status (its `watched` parameter) counts
+    nothing while that call waits."""
+    return sql.WATCHED_STEP if watched else sql.STEP
 
 
 @cache
@@ -224,7 +230,9 @@ class SQLite:
         return transaction.atomic()
 
     def count_step(self, cursor: CursorWrapper, params: Mapping[str, Any]) -> Row | None:
-        cursor.execute(sql.STEP, only(params, *_STEP_PARAMS))
+        watched = "watched" in params
+        names = (*_STEP_PARAMS, "watched") if watched else _STEP_PARAMS
+        cursor.execute(step_sql(watched), only(params, *names))
         step = fetch_row(cursor)
         if step is None:
             return None
@@ -243,9 +251,10 @@ class SQLite:
         step = self.count_step(cursor, params)
         if step is None:
             return None, []
-        if step["steps"] > params["step_budget"]:
+        if step["steps"] > params["step_budget"] and step["counted"]:
             return step, []
-        cursor.execute(sql.CLAIM, only(params, *CLAIM_PARAMS))
+        # The key's use counts as the step did (nothing for a free read of a held call's status).
+        cursor.execute(sql.CLAIM, {**only(params, *CLAIM_PARAMS), "count": step["counted"]})
         claimed = fetch_row(cursor)
         return {**step, **(claimed or {})}, []
 

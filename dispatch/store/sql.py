@@ -8,16 +8,32 @@ from __future__ import annotations
 
 # The first call of a session binds it to its customer, every other counts a step. No row comes
 # back when the session is bound to another customer. A twin of a first call waits on the other's
-# insert, then counts its own step.
-STEP = """
+# insert, then counts its own step. `counted` is what the call counts: 1, or for a read of a held
+# call's status (WATCHED) 0 while that call waits.
+_STEP = """
     INSERT INTO dispatch_session AS session
         (agent_id, session_id, customer_id, steps, created_at, last_call_at)
-    VALUES (%(agent_id)s, %(session_id)s, %(customer_id)s, 1, %(now)s, %(now)s)
+    VALUES (%(agent_id)s, %(session_id)s, %(customer_id)s, {counted}, %(now)s, %(now)s)
     ON CONFLICT (agent_id, session_id) DO UPDATE
-        SET steps = session.steps + 1, last_call_at = excluded.last_call_at
+        SET steps = session.steps + {counted}, last_call_at = excluded.last_call_at
         WHERE session.customer_id = excluded.customer_id
-    RETURNING steps
+    RETURNING steps, {counted} AS counted
 """
+
+# A read of a held call's status (ToolSpec.watches) counts nothing while the confirmation it
+# names is this agent's and this customer's and waits for a human (pending, not expired:
+# dispatch.pipeline.state.watch_is_free); any other counts 1. A lookup on the primary key, read
+# in the statement's own snapshot wherever the statement names it. (The customer is cast so that
+# PostgreSQL deduces one type for the parameter the session's row takes too.)
+_WATCH_COUNTED = """(CASE WHEN EXISTS (
+        SELECT 1 FROM dispatch_confirmation
+        WHERE id = %(watched)s AND agent_id = %(agent_id)s
+            AND customer_id = CAST(%(customer_id)s AS varchar(64))
+            AND status = 'pending' AND expires_at > %(now)s
+    ) THEN 0 ELSE 1 END)"""
+
+STEP = _STEP.format(counted="1")
+WATCHED_STEP = _STEP.format(counted=_WATCH_COUNTED)
 
 # The head of the session's audit chain (dispatch/pipeline/audit_chain.py): its last record, found
 # backwards on the chain's unique index. No row: the chain has no record yet.
@@ -105,9 +121,10 @@ AUDIT_COLUMNS = (
     "chain_hash",
 )
 
-# PostgreSQL: a call opens in one statement. The step is counted; within the budget the key is
-# claimed as CLAIM does and the lookup, if the tool has one, is read ({lookup} is its SELECT). No
-# row: the session is another customer's.
+# PostgreSQL: a call opens in one statement. The step is counted; within the budget (or where
+# nothing was counted) the key is claimed as CLAIM does, counting the use the step counted, and the
+# lookup, if the tool has one, is read ({lookup} is its SELECT). No row: the session is another
+# customer's.
 #
 # Outside a transaction (a read) the statement commits on its own, and it may do so without
 # waiting for its WAL to reach the disk: the call's last statement, the audit record, commits
@@ -125,11 +142,11 @@ OPEN_POSTGRESQL = """
         INSERT INTO dispatch_idempotencyrecord AS record
             (key, agent_id, session_id, tool, status, attempts, confirmation_id, created_at,
             updated_at)
-        SELECT %(key)s, %(agent_id)s, %(session_id)s, %(tool)s, %(new_status)s, %(count)s, '',
-            %(now)s, %(now)s
-        FROM step WHERE step.steps <= %(step_budget)s
+        SELECT %(key)s, %(agent_id)s, %(session_id)s, %(tool)s, %(new_status)s, step.counted,
+            '', %(now)s, %(now)s
+        FROM step WHERE step.steps <= %(step_budget)s OR step.counted = 0
         ON CONFLICT (key) DO UPDATE
-            SET attempts = record.attempts + %(count)s, updated_at = excluded.updated_at
+            SET attempts = record.attempts + excluded.attempts, updated_at = excluded.updated_at
         RETURNING status AS key_status, attempts AS key_attempts, result AS key_result,
             confirmation_id AS key_confirmation_id,
             confirmation_expires_at AS key_confirmation_expires_at,
@@ -138,10 +155,10 @@ OPEN_POSTGRESQL = """
     looked AS (
         SELECT true AS lookup_found, lookup.*
         FROM ({lookup}) AS lookup
-        WHERE (SELECT steps FROM step) <= %(step_budget)s
+        WHERE (SELECT steps <= %(step_budget)s OR counted = 0 FROM step)
     ),
     head AS ({head})
-    SELECT step.steps, head.audit_seq, head.audit_head, claimed.*, looked.*
+    SELECT step.steps, step.counted, head.audit_seq, head.audit_head, claimed.*, looked.*
     FROM commit_mode, step LEFT JOIN head ON true LEFT JOIN claimed ON true
         LEFT JOIN looked ON true
 """

@@ -137,6 +137,8 @@ class OrmState:
             "now": _db_time(claim.now),
             "step_budget": step_budget,
         }
+        if claim.watched is not None:
+            params["watched"] = claim.watched
         source = self._source(claim.lookup)
         # The money the call would reserve: its lock and history, read with the opening.
         ahead = [] if claim.allowance is None else allowance_ahead(claim.allowance)
@@ -151,13 +153,16 @@ class OrmState:
         if row is None:
             raise SessionConflict(session_id)
         self._head = _head_of(row)
-        if row["steps"] > step_budget:
+        # Nothing counted: a read of a held call's status while it waits (ClaimRequest.watched).
+        free = row["counted"] == 0
+        if row["steps"] > step_budget and not free:
             return Opening(row["steps"], None)
         read_ahead = None
         if source is not None and "lookup_found" in row:
             read_ahead = ReadAhead(source.to_value(row) if row["lookup_found"] else None)
+        params["count"] = row["counted"]
         decided = self._decide(row, claim, params, first_verdict, first_status)
-        return Opening(row["steps"], decided, read_ahead)
+        return Opening(row["steps"], decided, read_ahead, free)
 
     @_raises_store_unavailable
     def claim(
