@@ -16,7 +16,9 @@ customer) comes from the host, and every tools/call runs the same pipeline as
 
 from dispatch.mcp.results import refusal_error, result_schema
 from dispatch.mcp.sessions import (
+    CONVERSATION_META,
     CUSTOMER_HEADER,
+    CUSTOMER_META,
     HTTP_PATH,
     MCP_SESSION_HEADER,
     SESSION_HEADER,
@@ -29,7 +31,9 @@ from dispatch.mcp.tools import server_instructions, tool_call
 from dispatch.mcp.transport import TOKEN_VARIABLE, http_app, refuse_stdio, serve_stdio
 
 __all__ = [
+    "CONVERSATION_META",
     "CUSTOMER_HEADER",
+    "CUSTOMER_META",
     "HTTP_PATH",
     "MCP_SESSION_HEADER",
     "SESSION_HEADER",

@@ -2,9 +2,11 @@
 the host vouches for and the model never chooses, and why the host's side may leave no way to call.
 
 Over stdio (`mcp_serve`) they are the process's: the token in TOOLGATE_TOKEN, the session the host
-names (`--session`, TOOLGATE_SESSION) or else one of the process's own, `--customer`. Over
-streamable HTTP they come with each request: the agent its token names, the host's
-X-Toolgate-Session or else the MCP session, and X-Toolgate-Customer. Protocol 2026-07-28 has no
+names (`--session`, TOOLGATE_SESSION) or else one for each call, `--customer`. Over streamable
+HTTP they come with each request: the agent its token names, the host's X-Toolgate-Session or else
+the MCP session, and X-Toolgate-Customer. Over either, a tools/call may name its conversation and
+its customer in its `_meta` (CONVERSATION_META, CUSTOMER_META), which a host that serves many
+conversations on one connection does; they come before the rest. Protocol 2026-07-28 has no
 MCP session, so over HTTP it is offered only to a host that names its conversations with
 X-Toolgate-Session; any other client is told so (-32022) and falls back to the initialize
 handshake, whose Mcp-Session-Id is then the session.
@@ -17,8 +19,8 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mcp.types as types
@@ -48,6 +50,12 @@ HTTP_PATH = "/mcp"
 STDIO_PATH = "stdio"
 # Where the HTTP transport leaves the agent that the request's token belongs to.
 AGENT_SCOPE_KEY = "toolgate.agent"
+# What a host puts in a tools/call's `_meta` to name the conversation and the customer of that
+# call: the keys are Toolgate's own (the protocol reserves `io.modelcontextprotocol/`).
+CONVERSATION_META = "toolgate/conversation"
+CUSTOMER_META = "toolgate/customer"
+# A value in `_meta` that is not a string: never a valid id, so refused as an invalid one.
+_NOT_AN_ID = "?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +70,23 @@ class Host:
 
 
 HostOf = Callable[[ServerRequestContext[Any, Any]], Host]
+
+
+def named_by_call(host: Host, meta: Mapping[str, Any] | None) -> Host:
+    """The host of one tools/call, with the conversation and the customer its `_meta` names (a
+    host's word, as a header is: the model writes only a call's name and arguments)."""
+    if not meta:
+        return host
+    session_id, customer_id = host.session_id, host.customer_id
+    if CONVERSATION_META in meta:
+        session_id = _meta_id(meta[CONVERSATION_META])
+    if CUSTOMER_META in meta:
+        customer_id = _meta_id(meta[CUSTOMER_META])
+    return replace(host, session_id=session_id, customer_id=customer_id)
+
+
+def _meta_id(value: Any) -> str:
+    return value if isinstance(value, str) else _NOT_AN_ID
 
 
 def agent_refusal(agent: Agent | None) -> HostRefusal | None:
@@ -92,9 +117,9 @@ def host_refusal(host: Host) -> HostRefusal | None:
         return HostRefusal(
             400,
             "customer_missing",
-            f"Toolgate: the host gave no customer ({CUSTOMER_HEADER} over HTTP, --customer of "
-            "mcp_serve over stdio), so no tool can run; nothing was done. Tell the user the "
-            "assistant is not set up for a customer.",
+            f"Toolgate: the host gave no customer ({CUSTOMER_META} in the call's _meta, "
+            f"{CUSTOMER_HEADER} over HTTP, --customer of mcp_serve over stdio), so no tool can "
+            "run; nothing was done. Tell the user the assistant is not set up for a customer.",
         )
     if not re.fullmatch(CUSTOMER_ID_PATTERN, host.customer_id):
         return HostRefusal(
@@ -107,10 +132,10 @@ def host_refusal(host: Host) -> HostRefusal | None:
         return HostRefusal(
             400,
             "session_invalid" if host.session_id else "session_missing",
-            f"Toolgate: no valid session: the host sends {SESSION_HEADER} (ASCII letters, "
-            f"digits, . _ : -, up to 128) or uses an MCP session ({MCP_SESSION_HEADER}) over "
-            f"HTTP, and names it with --session or {SESSION_VARIABLE} over stdio; nothing was "
-            "done.",
+            f"Toolgate: no valid session: the host names the conversation in the call's _meta "
+            f"({CONVERSATION_META}) or sends {SESSION_HEADER} (ASCII letters, digits, . _ : -, "
+            f"up to 128) or uses an MCP session ({MCP_SESSION_HEADER}) over HTTP, and names it "
+            f"with --session or {SESSION_VARIABLE} over stdio; nothing was done.",
         )
     return None
 
@@ -149,12 +174,13 @@ def stdio_host(token: str, customer_id: str | None, session_id: str | None = Non
     disabled agent or a new policy applies at once), its session, its customer.
 
     The session is the conversation the host named, which outlives the process: a server the
-    host starts again for that conversation replays its calls. Without a name it is one of the
-    process's own, which ends with it."""
-    session_id = session_id or f"mcp-{secrets.token_hex(16)}"
+    host starts again for that conversation replays its calls. Without a name it is each call's
+    own: a host may serve all its conversations with one process (Claude Desktop does), and
+    nothing here tells them apart, so no two calls share a step budget or a replay."""
 
     def host_of(ctx: ServerRequestContext[Any, Any]) -> Host:
-        return Host(agent_authenticate(token), session_id, customer_id, stdio_origin(ctx.method))
+        session = session_id or f"mcp-call-{secrets.token_hex(16)}"
+        return Host(agent_authenticate(token), session, customer_id, stdio_origin(ctx.method))
 
     return host_of
 

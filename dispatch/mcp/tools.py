@@ -26,6 +26,7 @@ from dispatch.mcp.sessions import (
     HostOf,
     agent_refusal,
     host_refusal,
+    named_by_call,
     refusal_record,
     refused,
 )
@@ -146,7 +147,10 @@ def mcp_server(host_of: HostOf, arguments_of: ArgumentsOf) -> Server[Any]:
         read = arguments_of(ctx)
         same = read is not None and same_arguments(read, params.arguments)
         arguments = read if same else params.arguments
-        return await in_django(lambda: tool_call(host_of(ctx), params.name, arguments))
+        meta = params.meta
+        return await in_django(
+            lambda: tool_call(named_by_call(host_of(ctx), meta), params.name, arguments)
+        )
 
     return Server(
         SERVER_NAME,

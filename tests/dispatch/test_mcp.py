@@ -368,7 +368,8 @@ def test_a_repeated_refund_in_the_session_is_replayed_without_touching_the_ledge
         again = await client.call_tool("refund_order", REFUND)
         return first, again
 
-    first, again = drive(connect, refund_twice, token)
+    # The host names its conversation: over stdio, without a name each call is a session.
+    first, again = drive(connect, refund_twice, token, session="conv-retry")
 
     assert first.structured_content["ok"] is True
     assert first.structured_content["replayed"] is False
@@ -380,8 +381,8 @@ def test_a_repeated_refund_in_the_session_is_replayed_without_touching_the_ledge
         (False, 1, CallChannel.MCP),
         (True, 2, CallChannel.MCP),
     ]
-    # The MCP session is one Toolgate session, bound to the host's customer.
-    assert records[0].session_id == records[1].session_id
+    # The conversation is one Toolgate session, bound to the host's customer.
+    assert records[0].session_id == records[1].session_id == "conv-retry"
     session = Session.objects.get(agent=agent_of(token), session_id=records[0].session_id)
     assert (session.customer_id, session.steps) == ("CUS-1", 2)
     assert ledger.state() == (1, 1000)

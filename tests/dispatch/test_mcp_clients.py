@@ -145,9 +145,29 @@ def test_fastmcp_over_http_with_the_documented_configuration(
 
 
 def test_fastmcp_over_stdio_with_the_documented_configuration(token: str, ledger: Ledger) -> None:
-    results = with_fastmcp(claude_desktop(token), refund_retry_and_hold)
+    # A host that starts a server for each conversation names it (docs/mcp.md).
+    results = with_fastmcp(claude_desktop(token, "--session", "conv-9"), refund_retry_and_hold)
 
     assert_refund_retry_and_hold(results, token, ledger)
+
+
+def test_fastmcp_over_stdio_as_claude_desktop_shares_nothing_between_calls(
+    token: str, ledger: Ledger
+) -> None:
+    async def refund_twice(client: FastMCPClient) -> list[Any]:
+        return [
+            await client.call_tool("refund_order", REFUND, raise_on_error=False) for _ in range(2)
+        ]
+
+    first, again = with_fastmcp(claude_desktop(token), refund_twice)
+
+    # One server for all of Claude Desktop's conversations: each call is a session of its own,
+    # so the same refund again is a new call, held for a human as a possible duplicate.
+    assert first.structured_content["code"] == "OK"
+    assert again.structured_content["code"] == "CONFIRMATION_REQUIRED"
+    assert again.structured_content["data"]["reason"]["kind"] == "possible_duplicate"
+    assert len({r.session_id for r in audit(agent_of(token))}) == 2
+    assert ledger.state() == (1, 1000)
 
 
 def test_fastmcp_reads_a_refusals_code(mcp_url: str, token: str, ledger: Ledger) -> None:

@@ -14,7 +14,7 @@ from approvals.reviewers import REVIEWERS_GROUP
 from approvals.services import confirmation_approve
 from dispatch.models import AuditRecord, Session
 from tests.conftest import Ledger, MakeAgent
-from tests.dispatch.test_mcp import (  # noqa: F401 - the fixtures the tests use
+from tests.dispatch.test_mcp import (
     REFUND,
     TOOLS,
     Connect,
@@ -23,6 +23,9 @@ from tests.dispatch.test_mcp import (  # noqa: F401 - the fixtures the tests use
     drive,
     mcp_url,
 )
+
+# The fixtures the tests use, from the module that defines them.
+__all__ = ["connect", "mcp_url"]
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
@@ -46,8 +49,7 @@ def test_polling_past_both_limits_while_held_then_the_outcome(
         held = await client.call_tool("refund_order", {**REFUND, "amount_cents": 9000})
         confirmation_id = held.structured_content["data"]["confirmation_id"]
         polls = [
-            await client.call_tool(STATUS, {"confirmation_id": confirmation_id})
-            for _ in range(10)
+            await client.call_tool(STATUS, {"confirmation_id": confirmation_id}) for _ in range(10)
         ]
         return held, polls
 

@@ -5,7 +5,9 @@ confirmation counts as today. On SQLite and PostgreSQL alike."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
@@ -142,11 +144,10 @@ def test_a_free_poll_sends_as_many_statements_as_a_counted_one(
     make_agent: MakeAgent, reviewer: User
 ) -> None:
     agent, _ = make_agent(allowed_tools=TOOLS, step_budget=50, repeat_limit=50)
-    envelope = {"agent": agent, "session_id": "s-1", "customer_id": "CUS-1"}
-    refund = '{"order_id": "ORD-1001", "amount_cents": 9000, "currency": "BRL", "reason": "damaged"}'
-    confirmation_id = call_dispatch(**envelope, tool="refund_order", arguments=refund).data[
-        "confirmation_id"
-    ]
+    envelope: dict[str, Any] = {"agent": agent, "session_id": "s-1", "customer_id": "CUS-1"}
+    refund = {"order_id": "ORD-1001", "amount_cents": 9000, "currency": "BRL", "reason": "damaged"}
+    held = call_dispatch(**envelope, tool="refund_order", arguments=json.dumps(refund))
+    confirmation_id = held.data["confirmation_id"]
     arguments = f'{{"confirmation_id": "{confirmation_id}"}}'
 
     def statements() -> int:

@@ -41,14 +41,16 @@ class Command(BaseCommand):
         parser.add_argument(
             "--customer",
             help="stdio: the customer the host authenticated; every call of this process is "
-            "bound to it (without it, tools are listed but no call runs)",
+            f"bound to it unless the call names its own in its _meta ({mcp.CUSTOMER_META}); "
+            "without either, tools are listed but no call runs",
         )
         parser.add_argument(
             "--session",
             help=f"stdio: the conversation the host starts this server for (or "
             f"{mcp.SESSION_VARIABLE}); a server started again with the same name keeps its "
             "calls, so an identical retry is replayed. Never a fixed name shared by "
-            "conversations. Without it the session lasts as long as the process",
+            "conversations. Without it each call is a session of its own, unless the call "
+            f"names its conversation in its _meta ({mcp.CONVERSATION_META})",
         )
         parser.add_argument(
             "--host", default="127.0.0.1", help="http: address (default %(default)s)"
