@@ -26,7 +26,7 @@ from tests.dispatch.test_mcp import (
     server_database_url,
 )
 
-# The fixtures the tests use, from the module that defines them.
+# The fixtures the tests use, imported from the modules that define them.
 __all__ = ["connect", "mcp_url"]
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]

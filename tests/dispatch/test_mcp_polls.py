@@ -7,10 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from mcp import Client
 
-from approvals.reviewers import REVIEWERS_GROUP
 from approvals.services import confirmation_approve
 from dispatch.models import AuditRecord, Session
 from tests.conftest import Ledger, MakeAgent
@@ -23,20 +22,14 @@ from tests.dispatch.test_mcp import (
     drive,
     mcp_url,
 )
+from tests.dispatch.test_status_polls import reviewer
 
-# The fixtures the tests use, from the module that defines them.
-__all__ = ["connect", "mcp_url"]
+# The fixtures the tests use, imported from the modules that define them.
+__all__ = ["connect", "mcp_url", "reviewer"]
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
 STATUS = "get_confirmation_status"
-
-
-@pytest.fixture
-def reviewer(transactional_db: None) -> User:
-    user = User.objects.create_user("rita", password="pw-rita")
-    user.groups.add(Group.objects.get_or_create(name=REVIEWERS_GROUP)[0])
-    return user
 
 
 def test_polling_past_both_limits_while_held_then_the_outcome(

@@ -19,7 +19,8 @@ from approvals.reviewers import REVIEWERS_GROUP
 from approvals.services import confirmation_approve, confirmation_reject
 from dispatch.models import AuditRecord, Confirmation, IdempotencyRecord, Session
 from dispatch.services import call_dispatch
-from tests.conftest import AgentClient, ClientFor, Ledger, MakeAgent
+from tests.conftest import ClientFor, Ledger, MakeAgent
+from tests.dispatch.test_tools import held_refund, status
 
 pytestmark = pytest.mark.usefixtures("orders")
 
@@ -36,17 +37,6 @@ def reviewer(db: None) -> User:
     return user
 
 
-def held(api: AgentClient, session: str = "s-1") -> str:
-    result = api.refund(9000, session=session)
-    assert result["code"] == "CONFIRMATION_REQUIRED", result
-    confirmation_id: str = result["data"]["confirmation_id"]
-    return confirmation_id
-
-
-def poll(api: AgentClient, confirmation_id: str, **envelope: str) -> dict[str, object]:
-    return api.call(STATUS, {"confirmation_id": confirmation_id}, **envelope)
-
-
 def steps(session: str = "s-1") -> int:
     return Session.objects.get(session_id=session).steps
 
@@ -55,11 +45,11 @@ def test_a_dozen_polls_while_held_then_the_executed_outcome(
     make_agent: MakeAgent, client_for: ClientFor, reviewer: User, ledger: Ledger
 ) -> None:
     api = client_for(make_agent(**SMALL)[1])
-    confirmation_id = held(api)
+    confirmation_id = held_refund(api)
 
-    waiting = [poll(api, confirmation_id) for _ in range(12)]
+    waiting = [status(api, confirmation_id) for _ in range(12)]
     confirmation_approve(confirmation_id=confirmation_id, reviewer=reviewer)
-    outcome = poll(api, confirmation_id)
+    outcome = status(api, confirmation_id)
 
     assert [(r["code"], r["data"]["status"]) for r in waiting] == [("OK", "pending")] * 12  # type: ignore[index]
     assert outcome["ok"] is True
@@ -78,12 +68,12 @@ def test_once_decided_polls_count_to_the_repeat_limit(
     make_agent: MakeAgent, client_for: ClientFor, reviewer: User, ledger: Ledger
 ) -> None:
     api = client_for(make_agent(allowed_tools=TOOLS, step_budget=20, repeat_limit=3)[1])
-    confirmation_id = held(api)
+    confirmation_id = held_refund(api)
     for _ in range(5):
-        poll(api, confirmation_id)
+        status(api, confirmation_id)
     confirmation_reject(confirmation_id=confirmation_id, reviewer=reviewer, reason="not damaged")
 
-    answers = [poll(api, confirmation_id) for _ in range(4)]
+    answers = [status(api, confirmation_id) for _ in range(4)]
 
     first = answers[0]["data"]
     assert isinstance(first, dict)
@@ -97,12 +87,12 @@ def test_an_expired_hold_is_polled_as_any_call_and_says_expired(
     make_agent: MakeAgent, client_for: ClientFor, ledger: Ledger
 ) -> None:
     api = client_for(make_agent(**SMALL)[1])
-    confirmation_id = held(api)
+    confirmation_id = held_refund(api)
     Confirmation.objects.filter(pk=confirmation_id).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
 
-    answers = [poll(api, confirmation_id) for _ in range(3)]
+    answers = [status(api, confirmation_id) for _ in range(3)]
 
     first = answers[0]["data"]
     assert isinstance(first, dict) and first["status"] == "expired" and first["final"] is True
@@ -114,12 +104,12 @@ def test_polling_another_agents_or_customers_hold_counts(
     make_agent: MakeAgent, client_for: ClientFor, ledger: Ledger
 ) -> None:
     owner = client_for(make_agent(**SMALL)[1])
-    confirmation_id = held(owner)
+    confirmation_id = held_refund(owner)
     stranger = client_for(make_agent(**SMALL)[1])
 
-    by_agent = [poll(stranger, confirmation_id)["code"] for _ in range(4)]
+    by_agent = [status(stranger, confirmation_id)["code"] for _ in range(4)]
     by_customer = [
-        poll(owner, confirmation_id, customer="CUS-2", session="s-2")["code"] for _ in range(4)
+        status(owner, confirmation_id, customer="CUS-2", session="s-2")["code"] for _ in range(4)
     ]
 
     assert by_agent == ["CONFIRMATION_NOT_FOUND"] * 3 + ["STEP_LIMIT"]
@@ -132,9 +122,9 @@ def test_a_poll_from_a_new_conversation_of_the_customer_is_free(
     make_agent: MakeAgent, client_for: ClientFor
 ) -> None:
     api = client_for(make_agent(**SMALL)[1])
-    confirmation_id = held(api)
+    confirmation_id = held_refund(api)
 
-    answers = [poll(api, confirmation_id, session="s-later")["code"] for _ in range(5)]
+    answers = [status(api, confirmation_id, session="s-later")["code"] for _ in range(5)]
 
     assert answers == ["OK"] * 5
     assert steps("s-later") == 0
