@@ -73,7 +73,8 @@ def server_instructions() -> str:
     return (
         "Toolgate checks every tool call before anything happens. Amounts are integers in minor "
         f"units; {held_plurals(tool_registry)} may be held for a human (CONFIRMATION_REQUIRED): "
-        "tell the user, and check later with get_confirmation_status where you have that tool."
+        "tell the user, and check later with get_confirmation_status where you have that tool "
+        "(asking while the call waits costs nothing)."
     )
 
 
