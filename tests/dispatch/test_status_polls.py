@@ -51,7 +51,7 @@ def test_a_dozen_polls_while_held_then_the_executed_outcome(
     confirmation_approve(confirmation_id=confirmation_id, reviewer=reviewer)
     outcome = status(api, confirmation_id)
 
-    assert [(r["code"], r["data"]["status"]) for r in waiting] == [("OK", "pending")] * 12  # type: ignore[index]
+    assert [(r["code"], r["data"]["status"]) for r in waiting] == [("OK", "pending")] * 12
     assert outcome["ok"] is True
     data = outcome["data"]
     assert isinstance(data, dict)
