@@ -158,6 +158,10 @@ class ToolSpec(Generic[Args]):
     # The money a call moves, which policies' thresholds and the customer's sum judge: from its
     # arguments or from its subject's state; None for a tool that moves none.
     money: MoneyFromArguments | MoneyFromState[Args] | None = None
+    # The effect is made by a system over the network (an upstream): a call's reservation and
+    # its key, in progress, are committed before the handler runs, and nothing is locked across
+    # it; the call is settled in a transaction of its own once the handler answered.
+    remote: bool = False
 
     def __post_init__(self) -> None:
         money = self.money
@@ -255,6 +259,13 @@ class ToolRegistry:
             raise ValueError(f"tool {spec.name!r} is already registered")
         self._catalogue = CodeCatalogue((*self._catalogue, *spec.codes))
         self._tools[spec.name] = spec
+
+    def unregister(self, name: str) -> None:
+        """Withdraw a tool (an upstream's declarations, replaced or retired); its codes stay
+        known only where another tool declares them."""
+        self._tools.pop(name, None)
+        codes = (code for spec in self._tools.values() for code in spec.codes)
+        self._catalogue = CodeCatalogue((*CORE_CODES, *codes))
 
     def register_lookup_source(self, name: str, source: LookupSource) -> None:
         if name in self._lookup_sources:

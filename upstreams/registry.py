@@ -1,0 +1,63 @@
+"""Loading the declared upstreams (settings.TOOLGATE_UPSTREAMS) into the tool registry.
+
+Each entry names a declarations module, which defines:
+
+- UPSTREAM: its HttpUpstream (upstreams.http);
+- tools(upstream): its ToolSpecs, in the shape of a hosted tool's;
+- CURRENCIES (optional): the currencies its tools move money in.
+
+Only the tools a module declares are exposed, whatever else the upstream offers; each must name
+operations its reviewed OpenAPI document offers, or Toolgate does not start.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from types import ModuleType
+from typing import Any
+
+from dispatch.pipeline.tools import ToolRegistry, ToolSpec
+from upstreams.http import Upstream
+from upstreams.tools import UpstreamDeclarationError, upstream_tools
+
+# The upstreams loaded, by name: what the drift check compares.
+loaded: dict[str, tuple[Upstream, tuple[ToolSpec[Any], ...]]] = {}
+
+
+def upstream_load(module: ModuleType | str) -> tuple[Upstream, tuple[ToolSpec[Any], ...]]:
+    """An upstream connected as its declarations module says, and its tools as served."""
+    if isinstance(module, str):
+        module = importlib.import_module(module)
+    upstream = Upstream(module.UPSTREAM)
+    try:
+        specs = upstream_tools(upstream, module.tools(upstream))
+    except LookupError as error:
+        raise UpstreamDeclarationError(str(error)) from None
+    return upstream, specs
+
+
+def upstream_register(
+    module: ModuleType | str, registry: ToolRegistry
+) -> tuple[Upstream, tuple[ToolSpec[Any], ...]]:
+    """Load an upstream and register its tools and currencies."""
+    if isinstance(module, str):
+        module = importlib.import_module(module)
+    upstream, specs = upstream_load(module)
+    for spec in specs:
+        registry.register(spec)
+    registry.register_currencies(getattr(module, "CURRENCIES", ()))
+    loaded[upstream.name] = (upstream, specs)
+    return upstream, specs
+
+
+def upstream_unregister(name: str, registry: ToolRegistry) -> None:
+    """Withdraw an upstream's tools."""
+    _, specs = loaded.pop(name, (None, ()))
+    for spec in specs:
+        registry.unregister(spec.name)
+
+
+def upstreams_register(modules: Iterable[str], registry: ToolRegistry) -> None:
+    for module in modules:
+        upstream_register(module, registry)
