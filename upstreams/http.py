@@ -117,6 +117,8 @@ class HttpUpstream:
     name: str
     # The OpenAPI document as reviewed, in the repository.
     openapi: Path
+    # The operations (operationIds) its tools call: each must be in the document.
+    operations: tuple[str, ...]
     # The environment variables that hold its base URL and its bearer token.
     url_env: str
     token_env: str | None = None
@@ -144,7 +146,15 @@ class Upstream:
     _pool: urllib3.PoolManager = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.operations = openapi_operations(self.declared.document())
+        offered = openapi_operations(self.declared.document())
+        missing = [name for name in self.declared.operations if name not in offered]
+        if missing:
+            raise LookupError(
+                f"upstream {self.name}: its OpenAPI document offers no operation "
+                f"{', '.join(map(repr, missing))} (it offers {', '.join(sorted(offered))})"
+            )
+        # Only what the declaration names is ever called.
+        self.operations = {name: offered[name] for name in self.declared.operations}
         seconds = self.declared.timeout_seconds
         self._pool = urllib3.PoolManager(
             num_pools=2,
@@ -160,10 +170,7 @@ class Upstream:
     def operation(self, operation_id: str) -> Operation:
         found = self.operations.get(operation_id)
         if found is None:
-            raise LookupError(
-                f"upstream {self.name}: its OpenAPI document offers no operation "
-                f"{operation_id!r} (it offers {', '.join(sorted(self.operations)) or 'none'})"
-            )
+            raise LookupError(f"upstream {self.name}: {operation_id!r} is not a declared operation")
         return found
 
     def read(

@@ -29,12 +29,11 @@ def upstream_load(module: ModuleType | str) -> tuple[Upstream, tuple[ToolSpec[An
     """An upstream connected as its declarations module says, and its tools as served."""
     if isinstance(module, str):
         module = importlib.import_module(module)
-    upstream = Upstream(module.UPSTREAM)
     try:
-        specs = upstream_tools(upstream, module.tools(upstream))
+        upstream = Upstream(module.UPSTREAM)
     except LookupError as error:
         raise UpstreamDeclarationError(str(error)) from None
-    return upstream, specs
+    return upstream, upstream_tools(upstream, module.tools(upstream))
 
 
 def upstream_register(

@@ -28,6 +28,8 @@ class PaymentsServer:
     state_file: Path
     honours_idempotency_key: bool
     port: int = 0
+    # The OpenAPI document it serves, if not the reviewed one.
+    openapi: Path | None = None
     process: subprocess.Popen[str] | None = field(default=None, repr=False)
 
     @property
@@ -48,6 +50,8 @@ class PaymentsServer:
         ]
         if not self.honours_idempotency_key:
             command.append("--ignore-idempotency")
+        if self.openapi is not None:
+            command += ["--openapi", str(self.openapi)]
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
         assert self.process.stdout is not None
         line = self.process.stdout.readline()

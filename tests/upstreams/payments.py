@@ -36,6 +36,7 @@ def payments_upstream(*, honours_idempotency_key: bool) -> HttpUpstream:
     return HttpUpstream(
         name="payments",
         openapi=Path(__file__).with_name("payments_openapi.json"),
+        operations=("getPayment", "createRefund", "listRefunds"),
         url_env="TOOLGATE_UPSTREAM_PAYMENTS_URL",
         token_env="TOOLGATE_UPSTREAM_PAYMENTS_TOKEN",
         honours_idempotency_key=honours_idempotency_key,

@@ -27,6 +27,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 OPENAPI = Path(__file__).with_name("payments_openapi.json")
+# The document it serves: the reviewed one, or (--openapi) a changed one.
+served = {"openapi": OPENAPI}
 SEED = {
     "PAY-1": {"customer_id": "cust-1", "amount_cents": 10_000, "currency": "BRL"},
     "PAY-2": {"customer_id": "cust-1", "amount_cents": 8_000, "currency": "USD"},
@@ -59,7 +61,14 @@ class Payments:
             payments = {
                 pid: {"payment_id": pid, **seed, "refunded_cents": 0} for pid, seed in SEED.items()
             }
-            self.state = {"payments": payments, "refunds": [], "answers": {}, "requests": 0}
+            self.state = {
+                "payments": payments,
+                "refunds": [],
+                "answers": {},
+                # Refunds asked for, and those that got as far as being judged.
+                "received": 0,
+                "requests": 0,
+            }
             self.save()
 
     def save(self) -> None:
@@ -105,7 +114,7 @@ def handler_for(payments: Payments, token: str) -> type[BaseHTTPRequestHandler]:
                 return
             url = urlsplit(self.path)
             if url.path == "/openapi.json":
-                self.answer(200, None, raw=OPENAPI.read_bytes())
+                self.answer(200, None, raw=served["openapi"].read_bytes())
                 return
             if url.path == "/_state":
                 with payments.lock:
@@ -160,6 +169,9 @@ def handler_for(payments: Payments, token: str) -> type[BaseHTTPRequestHandler]:
             self.refund(found.group(1), body)
 
         def refund(self, payment_id: str, body: dict[str, Any]) -> None:
+            with payments.lock:
+                payments.state["received"] += 1
+                payments.save()
             if payments.fault("slow_write"):
                 time.sleep(payments.slow_seconds)
             if payments.fault("server_error"):
@@ -224,7 +236,9 @@ def main() -> None:
     parser.add_argument("--token", required=True)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--ignore-idempotency", action="store_true")
+    parser.add_argument("--openapi", type=Path, default=OPENAPI)
     options = parser.parse_args()
+    served["openapi"] = options.openapi
     payments = Payments(options.state, honours_key=not options.ignore_idempotency)
     server = ThreadingHTTPServer(("127.0.0.1", options.port), handler_for(payments, options.token))
     server.daemon_threads = True

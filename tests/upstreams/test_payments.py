@@ -9,6 +9,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from django.db import connection
 from approvals.deciding import confirmation_approve
 from dispatch.models import Agent, AuditRecord, Confirmation, IdempotencyRecord, Movement
 from dispatch.pipeline.results import CallResult
+from dispatch.outcomes import outcomes_settle
 from dispatch.services import call_dispatch
 from tests.conftest import MakeAgent
 from tests.upstreams.conftest import TOKEN, PaymentsServer, wait_for
@@ -188,7 +190,7 @@ def test_a_check_reads_the_live_state_through_the_upstream(
     assert too_much.code == "PAYMENT_AMOUNT_EXCEEDS_REFUNDABLE"
     assert wrong_currency.code == "PAYMENT_CURRENCY_MISMATCH"
     assert not_hers.code == "PAYMENT_NOT_FOUND"
-    assert payments.state()["requests"] == 0
+    assert payments.state()["received"] == 0
     assert money_counted() == 0
 
 
@@ -199,7 +201,7 @@ def test_arguments_that_fail_the_schema_never_reach_the_upstream(
     extra = refund(agent, note="x")
 
     assert floats.code == extra.code == "INVALID_ARGUMENTS"
-    assert payments.state()["requests"] == 0
+    assert payments.state()["received"] == 0
 
 
 def test_a_held_refund_approved_executes_once_on_the_upstream(
@@ -282,3 +284,38 @@ def test_credentials_never_appear_in_a_result_the_audit_or_a_log(
     assert TOKEN not in written
     assert TOKEN not in audited
     assert TOKEN not in caplog.text
+
+
+def test_a_lost_answer_is_settled_by_the_outcome_read_with_its_money_moved(
+    payments_honouring: PaymentsServer, agent: Agent
+) -> None:
+    payments_honouring.arm(lose_after_commit=10)
+    assert refund(agent).data["outcome"] == "unknown"
+    payments_honouring.arm()
+
+    settled = outcomes_settle(older_than=timedelta(0))
+
+    assert [(s.tool, s.status) for s in settled] == [("refund_payment", "completed")]
+    again = refund(agent)
+    assert again.replayed and again.code == "OK"
+    assert len(payments_honouring.refunds()) == 1
+    assert money_counted() == 2_500
+
+
+def test_an_effect_that_never_happened_is_settled_open_with_its_money_released(
+    payments: PaymentsServer, agent: Agent
+) -> None:
+    payments.arm(slow_write=1, slow_seconds=30)
+    answered: list[CallResult] = []
+    caller = in_thread(lambda: answered.append(refund(agent)))
+    wait_for(lambda: payments.state()["received"] == 1)
+    payments.kill()
+    caller.join(30)
+    assert answered[0].data["outcome"] == "unknown"
+    payments.start()
+
+    settled = outcomes_settle(older_than=timedelta(0))
+
+    assert [s.status for s in settled] == ["open"]
+    assert payments.refunds() == []
+    assert money_counted() == 0
