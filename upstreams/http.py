@@ -223,9 +223,9 @@ class Upstream:
         if key is not None:
             headers[IDEMPOTENCY_HEADER] = key
         status, raw = self._send(operation, url, headers, encoded)
-        if 500 <= status:
+        if status >= 500:
             raise UpstreamFailed(self.name, f"it answered HTTP {status}")
-        if 400 <= status:
+        if status >= 400:
             raise UpstreamRefusal(self.name, status, self._reason(raw, status))
         if not 200 <= status < 300:
             raise UpstreamBadAnswer(self.name, f"it answered HTTP {status}")
@@ -240,9 +240,7 @@ class Upstream:
                 f"({upstream_words(', '.join(where[:5]))})",
             ) from None
 
-    def _url(
-        self, operation: Operation, path: Mapping[str, str], query: Mapping[str, str]
-    ) -> str:
+    def _url(self, operation: Operation, path: Mapping[str, str], query: Mapping[str, str]) -> str:
         base = os.environ.get(self.declared.url_env, "").rstrip("/")
         if not base:
             raise UpstreamDown(self.name, "its address is not configured")
@@ -310,7 +308,10 @@ class Upstream:
             raise UpstreamDown(self.name, "its address is not configured")
         operation = Operation("openapi", "GET", self.declared.openapi_path, {})
         status, raw = self._send(
-            operation, base + operation.path, {"Accept": "application/json", **self._credentials()}, None
+            operation,
+            base + operation.path,
+            {"Accept": "application/json", **self._credentials()},
+            None,
         )
         if status != 200:
             raise UpstreamBadAnswer(self.name, f"its OpenAPI document answered HTTP {status}")

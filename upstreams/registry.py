@@ -14,21 +14,29 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
-from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from dispatch.pipeline.tools import ToolRegistry, ToolSpec
-from upstreams.http import Upstream
+from upstreams.http import HttpUpstream, Upstream
 from upstreams.tools import UpstreamDeclarationError, upstream_tools
+
+
+class Declarations(Protocol):
+    """What a declarations module defines."""
+
+    UPSTREAM: HttpUpstream
+
+    def tools(self, upstream: Upstream, /) -> Iterable[ToolSpec[Any]]: ...
+
 
 # The upstreams loaded, by name: what the drift check compares.
 loaded: dict[str, tuple[Upstream, tuple[ToolSpec[Any], ...]]] = {}
 
 
-def upstream_load(module: ModuleType | str) -> tuple[Upstream, tuple[ToolSpec[Any], ...]]:
+def upstream_load(module: Declarations | str) -> tuple[Upstream, tuple[ToolSpec[Any], ...]]:
     """An upstream connected as its declarations module says, and its tools as served."""
     if isinstance(module, str):
-        module = importlib.import_module(module)
+        module = _imported(module)
     try:
         upstream = Upstream(module.UPSTREAM)
     except LookupError as error:
@@ -37,11 +45,11 @@ def upstream_load(module: ModuleType | str) -> tuple[Upstream, tuple[ToolSpec[An
 
 
 def upstream_register(
-    module: ModuleType | str, registry: ToolRegistry
+    module: Declarations | str, registry: ToolRegistry
 ) -> tuple[Upstream, tuple[ToolSpec[Any], ...]]:
     """Load an upstream and register its tools and currencies."""
     if isinstance(module, str):
-        module = importlib.import_module(module)
+        module = _imported(module)
     upstream, specs = upstream_load(module)
     for spec in specs:
         registry.register(spec)
@@ -60,3 +68,8 @@ def upstream_unregister(name: str, registry: ToolRegistry) -> None:
 def upstreams_register(modules: Iterable[str], registry: ToolRegistry) -> None:
     for module in modules:
         upstream_register(module, registry)
+
+
+def _imported(name: str) -> Declarations:
+    imported: Declarations = importlib.import_module(name)
+    return imported

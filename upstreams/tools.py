@@ -69,7 +69,11 @@ def upstream_tools(upstream: Upstream, specs: Iterable[ToolSpec[Any]]) -> tuple[
     that breaks a start-up rule."""
     made = []
     for spec in specs:
-        if spec.writes and spec.outcome_of is None and not upstream.declared.honours_idempotency_key:
+        if (
+            spec.writes
+            and spec.outcome_of is None
+            and not upstream.declared.honours_idempotency_key
+        ):
             raise UpstreamDeclarationError(
                 f"{spec.name} writes to {upstream.name}, which does not honour Idempotency-Key, "
                 "and declares no outcome_of: nothing could tell whether its effect happened"

@@ -78,7 +78,8 @@ class PaymentsServer:
         self._request("POST", "/_faults", faults)
 
     def state(self) -> dict[str, Any]:
-        return json.loads(self.state_file.read_text())
+        state: dict[str, Any] = json.loads(self.state_file.read_text())
+        return state
 
     def refunds(self) -> list[dict[str, Any]]:
         return list(self.state()["refunds"])

@@ -6,11 +6,13 @@ Toolgate does not own.
 prints `PORT <n>` once it listens. Its state (payments, refunds, the answers it gave under each
 Idempotency-Key) is a JSON file written after every change, so that a server killed and started
 again on the same file remembers what it did. `--ignore-idempotency` makes it the variant that
-does not honour Idempotency-Key. POST /_faults arms faults, each for the next N requests it
-applies to: lose_after_commit (refund, then drop the connection unanswered), hang_after_commit
-(refund, then never answer), slow and slow_write (sleep `slow_seconds` first), malformed and malformed_write (a read's or a
-refund's answer not JSON), wrong_schema and wrong_schema_write (JSON of another shape), server_error (HTTP 503, nothing done), markup (a
-422 whose message carries markup). GET /_state returns the whole state.
+does not honour Idempotency-Key; `--openapi` serves another document than the reviewed one.
+POST /_faults arms faults, each for the next N requests it applies to: lose_after_commit (refund,
+then drop the connection unanswered), hang_after_commit (refund, then never answer), slow and
+slow_write (a read or a refund sleeps `slow_seconds` first), malformed and malformed_write (its
+answer is not JSON), wrong_schema and wrong_schema_write (JSON of another shape), server_error
+(HTTP 503, nothing done), markup (a 422 whose message carries markup). GET /_state returns the
+whole state.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def handler_for(payments: Payments, token: str) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             return
 
         def answer(self, status: int, body: Any, *, raw: bytes | None = None) -> None:
@@ -109,7 +111,7 @@ def handler_for(payments: Payments, token: str) -> type[BaseHTTPRequestHandler]:
                 return False
             return True
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             if not self.authorised():
                 return
             url = urlsplit(self.path)
@@ -149,7 +151,7 @@ def handler_for(payments: Payments, token: str) -> type[BaseHTTPRequestHandler]:
                 return
             self.refuse(404, "no such path")
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             if not self.authorised():
                 return
             length = int(self.headers.get("Content-Length") or 0)

@@ -7,7 +7,6 @@ import json
 from io import StringIO
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -16,24 +15,25 @@ from dispatch.pipeline.tools import ToolRegistry
 from tests.upstreams import payments as declarations
 from tests.upstreams.conftest import PaymentsServer
 from upstreams.drift import document_drift
-from upstreams.http import Upstream, upstream_words
-from upstreams.registry import upstream_load, upstream_register, upstream_unregister
+from upstreams.http import HttpUpstream, Upstream, upstream_words
+from upstreams.registry import Declarations, upstream_load, upstream_register, upstream_unregister
 from upstreams.tools import UpstreamDeclarationError, upstream_tools
 
 REVIEWED = json.loads(declarations.UPSTREAM.openapi.read_text())
 
 
-def module(upstream: Any, tools: Any = declarations.tools) -> SimpleNamespace:
-    return SimpleNamespace(UPSTREAM=upstream, tools=tools, CURRENCIES=declarations.CURRENCIES)
+def module(upstream: HttpUpstream) -> Declarations:
+    made: Declarations = SimpleNamespace(
+        UPSTREAM=upstream, tools=declarations.tools, CURRENCIES=declarations.CURRENCIES
+    )
+    return made
 
 
 def test_a_write_with_neither_idempotency_nor_an_outcome_read_is_refused_at_start_up() -> None:
     upstream = Upstream(declarations.payments_upstream(honours_idempotency_key=False))
-    specs = [
-        dataclasses.replace(spec, outcome_of=None) for spec in declarations.tools(upstream)
-    ]
+    specs = [dataclasses.replace(spec, outcome_of=None) for spec in declarations.tools(upstream)]
 
-    with pytest.raises(UpstreamDeclarationError, match="refund_payment .* no outcome_of"):
+    with pytest.raises(UpstreamDeclarationError, match=r"refund_payment .* no outcome_of"):
         upstream_tools(upstream, specs)
 
 
@@ -104,9 +104,7 @@ def test_check_upstreams_passes_on_the_reviewed_document(
     assert "payments: as reviewed (get_payment, refund_payment)" in out.getvalue()
 
 
-def test_check_upstreams_fails_on_drift(
-    payments_honouring: PaymentsServer, tmp_path: Path
-) -> None:
+def test_check_upstreams_fails_on_drift(payments_honouring: PaymentsServer, tmp_path: Path) -> None:
     current = json.loads(json.dumps(REVIEWED))
     current["components"]["schemas"]["RefundRequest"]["properties"]["currency"]["enum"] = ["BRL"]
     changed = tmp_path / "current.json"

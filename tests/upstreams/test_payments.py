@@ -18,8 +18,8 @@ from django.db import connection
 
 from approvals.deciding import confirmation_approve
 from dispatch.models import Agent, AuditRecord, Confirmation, IdempotencyRecord, Movement
-from dispatch.pipeline.results import CallResult
 from dispatch.outcomes import outcomes_settle
+from dispatch.pipeline.results import CallResult
 from dispatch.services import call_dispatch
 from tests.conftest import MakeAgent
 from tests.upstreams.conftest import TOKEN, PaymentsServer, wait_for
@@ -84,9 +84,7 @@ def test_a_refund_executes_once_and_its_repeat_replays(
     assert money_counted() == 2_500
 
 
-def test_an_answer_lost_after_commit_executes_once(
-    payments: PaymentsServer, agent: Agent
-) -> None:
+def test_an_answer_lost_after_commit_executes_once(payments: PaymentsServer, agent: Agent) -> None:
     payments.arm(lose_after_commit=1)
 
     result = refund(agent)
