@@ -17,6 +17,7 @@ from django.contrib.auth.models import Group, User
 from django.db import connection
 
 from approvals.deciding import confirmation_approve
+from approvals.errors import RecheckUnavailable
 from dispatch.models import Agent, AuditRecord, Confirmation, IdempotencyRecord, Movement
 from dispatch.outcomes import outcomes_settle
 from dispatch.pipeline.results import CallResult
@@ -216,6 +217,25 @@ def test_a_held_refund_approved_executes_once_on_the_upstream(
     confirmation = Confirmation.objects.get(pk=held.data["confirmation_id"])
     assert confirmation.status == "executed"
     assert [r["amount_cents"] for r in payments.refunds()] == [6_000]
+
+
+def test_an_upstream_away_during_the_approval_leaves_the_held_refund_pending(
+    payments: PaymentsServer, agent: Agent
+) -> None:
+    reviewer = User.objects.create_user("rita", password="pw")
+    reviewer.groups.add(Group.objects.get_or_create(name="reviewers")[0])
+    held = refund(agent, amount_cents=6_000)
+    confirmation_id = held.data["confirmation_id"]
+    payments.kill()
+
+    with pytest.raises(RecheckUnavailable, match="try|could not"):
+        confirmation_approve(confirmation_id=confirmation_id, reviewer=reviewer)
+
+    assert Confirmation.objects.get(pk=confirmation_id).status == "pending"
+    payments.start()
+    confirmation_approve(confirmation_id=confirmation_id, reviewer=reviewer)
+    assert Confirmation.objects.get(pk=confirmation_id).status == "executed"
+    assert len(payments.refunds()) == 1
 
 
 def test_an_upstream_that_is_down_is_a_retryable_answer(
