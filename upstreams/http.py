@@ -167,6 +167,10 @@ class Upstream:
     def name(self) -> str:
         return self.declared.name
 
+    @property
+    def honours_idempotency_key(self) -> bool:
+        return self.declared.honours_idempotency_key
+
     def operation(self, operation_id: str) -> Operation:
         found = self.operations.get(operation_id)
         if found is None:

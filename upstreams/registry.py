@@ -18,27 +18,37 @@ from typing import Any, Protocol
 
 from dispatch.pipeline.tools import ToolRegistry, ToolSpec
 from upstreams.http import HttpUpstream, Upstream
+from upstreams.mcp import McpStdioUpstream, McpUpstream
 from upstreams.tools import UpstreamDeclarationError, upstream_tools
 
 
 class Declarations(Protocol):
     """What a declarations module defines."""
 
-    UPSTREAM: HttpUpstream
+    UPSTREAM: HttpUpstream | McpStdioUpstream
 
-    def tools(self, upstream: Upstream, /) -> Iterable[ToolSpec[Any]]: ...
+    def tools(self, upstream: Any, /) -> Iterable[ToolSpec[Any]]: ...
+
+
+AnyUpstream = Upstream | McpUpstream
 
 
 # The upstreams loaded, by name: what the drift check compares.
-loaded: dict[str, tuple[Upstream, tuple[ToolSpec[Any], ...]]] = {}
+loaded: dict[str, tuple[AnyUpstream, tuple[ToolSpec[Any], ...]]] = {}
 
 
-def upstream_load(module: Declarations | str) -> tuple[Upstream, tuple[ToolSpec[Any], ...]]:
+def upstream_load(module: Declarations | str) -> tuple[AnyUpstream, tuple[ToolSpec[Any], ...]]:
     """An upstream connected as its declarations module says, and its tools as served."""
     if isinstance(module, str):
         module = _imported(module)
+    declared = module.UPSTREAM
+    upstream: AnyUpstream
     try:
-        upstream = Upstream(module.UPSTREAM)
+        if isinstance(declared, McpStdioUpstream):
+            # Connected on first use: a command run at start-up would run in every process.
+            upstream = McpUpstream(declared)
+        else:
+            upstream = Upstream(declared)
     except LookupError as error:
         raise UpstreamDeclarationError(str(error)) from None
     return upstream, upstream_tools(upstream, module.tools(upstream))
@@ -46,7 +56,7 @@ def upstream_load(module: Declarations | str) -> tuple[Upstream, tuple[ToolSpec[
 
 def upstream_register(
     module: Declarations | str, registry: ToolRegistry
-) -> tuple[Upstream, tuple[ToolSpec[Any], ...]]:
+) -> tuple[AnyUpstream, tuple[ToolSpec[Any], ...]]:
     """Load an upstream and register its tools and currencies."""
     if isinstance(module, str):
         module = _imported(module)
@@ -60,9 +70,11 @@ def upstream_register(
 
 def upstream_unregister(name: str, registry: ToolRegistry) -> None:
     """Withdraw an upstream's tools."""
-    _, specs = loaded.pop(name, (None, ()))
+    upstream, specs = loaded.pop(name, (None, ()))
     for spec in specs:
         registry.unregister(spec.name)
+    if isinstance(upstream, McpUpstream):
+        upstream.close()
 
 
 def upstreams_register(modules: Iterable[str], registry: ToolRegistry) -> None:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -30,7 +31,7 @@ from dispatch.pipeline.tools import (
     ToolSpec,
     TransientError,
 )
-from upstreams.http import Upstream, UpstreamBadAnswer, UpstreamFault, UpstreamRefusal
+from upstreams.http import UpstreamBadAnswer, UpstreamFault, UpstreamRefusal
 
 logger = logging.getLogger(__name__)
 
@@ -60,20 +61,46 @@ UPSTREAM_READ_FAILED = Code(
 UPSTREAM_CODES = (UPSTREAM_REFUSED, UPSTREAM_BAD_ANSWER, UPSTREAM_READ_FAILED)
 
 
+class Connected(Protocol):
+    """An upstream as its tools are wrapped: its name, and whether it honours the key."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def honours_idempotency_key(self) -> bool: ...
+
+
+# What a write's effect under this call was, read from the upstream with the call's arguments and
+# context (its key, its customer), or None if there was none.
+EffectOf = Callable[[Any, ExecutionContext], Mapping[str, Any] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamWrite:
+    """A writing tool whose effect is found by its arguments rather than by its key alone (an
+    upstream that stores no key of Toolgate's: a cancelled order is this call's cancellation, its
+    check having found the order pending). Every attempt reads it before it sends; a call left
+    unknown is settled by the same call sent again, not by `settle_outcomes`."""
+
+    spec: ToolSpec[Any]
+    effect_of: EffectOf
+
+
 class UpstreamDeclarationError(Exception):
     """A declaration that must not start: Toolgate refuses to serve it."""
 
 
-def upstream_tools(upstream: Upstream, specs: Iterable[ToolSpec[Any]]) -> tuple[ToolSpec[Any], ...]:
+def upstream_tools(
+    upstream: Connected, declared: Iterable[ToolSpec[Any] | UpstreamWrite]
+) -> tuple[ToolSpec[Any], ...]:
     """The declared tools as the pipeline runs them; raises UpstreamDeclarationError for one
     that breaks a start-up rule."""
     made = []
-    for spec in specs:
-        if (
-            spec.writes
-            and spec.outcome_of is None
-            and not upstream.declared.honours_idempotency_key
-        ):
+    for tool in declared:
+        spec = tool.spec if isinstance(tool, UpstreamWrite) else tool
+        effect_of = tool.effect_of if isinstance(tool, UpstreamWrite) else _by_key(spec)
+        if spec.writes and effect_of is None and not upstream.honours_idempotency_key:
             raise UpstreamDeclarationError(
                 f"{spec.name} writes to {upstream.name}, which does not honour Idempotency-Key, "
                 "and declares no outcome_of: nothing could tell whether its effect happened"
@@ -82,7 +109,7 @@ def upstream_tools(upstream: Upstream, specs: Iterable[ToolSpec[Any]]) -> tuple[
             dataclasses.replace(
                 spec,
                 check=None if spec.check is None else _checked(upstream, spec.check),
-                handler=_handled(upstream, spec),
+                handler=_handled(upstream, spec, effect_of),
                 outcome_of=None if spec.outcome_of is None else _outcome(spec.outcome_of),
                 codes=tuple(dict.fromkeys((*spec.codes, *UPSTREAM_CODES))),
                 remote=spec.writes,
@@ -91,8 +118,20 @@ def upstream_tools(upstream: Upstream, specs: Iterable[ToolSpec[Any]]) -> tuple[
     return tuple(made)
 
 
+def _by_key(spec: ToolSpec[Any]) -> EffectOf | None:
+    """A write's effect read by its key alone (its outcome_of), if it declares one."""
+    outcome_of = spec.outcome_of
+    if outcome_of is None:
+        return None
+
+    def effect_by_key(arguments: Any, context: ExecutionContext) -> Mapping[str, Any] | None:
+        return outcome_of(context.idempotency_key)
+
+    return effect_by_key
+
+
 def _checked(
-    upstream: Upstream, check: Callable[[Any, CheckContext], Rejection | None]
+    upstream: Connected, check: Callable[[Any, CheckContext], Rejection | None]
 ) -> Callable[[Any, CheckContext], Rejection | None]:
     def upstream_check(arguments: Any, context: CheckContext) -> Rejection | None:
         try:
@@ -111,16 +150,16 @@ def _checked(
 
 
 def _handled(
-    upstream: Upstream, spec: ToolSpec[Any]
+    upstream: Connected, spec: ToolSpec[Any], effect_of: EffectOf | None
 ) -> Callable[[Any, ExecutionContext], Mapping[str, Any]]:
-    handler, outcome_of = spec.handler, spec.outcome_of
-    reads_first = spec.writes and not upstream.declared.honours_idempotency_key
+    handler = spec.handler
+    reads_first = spec.writes and not upstream.honours_idempotency_key
 
     def upstream_handler(arguments: Any, context: ExecutionContext) -> Mapping[str, Any]:
         try:
-            if reads_first and outcome_of is not None:
+            if reads_first and effect_of is not None:
                 # Toolgate's key is the dedupe: an effect already made under it is its answer.
-                made = outcome_of(context.idempotency_key)
+                made = effect_of(arguments, context)
                 if made is not None:
                     return made
             return handler(arguments, context)
@@ -159,9 +198,10 @@ def _outcome(
 
 
 def _refusal(refusal: UpstreamRefusal) -> Rejection:
+    status = f" (HTTP {refusal.status})" if refusal.status else ""
     return Rejection(
         UPSTREAM_REFUSED,
-        f"{refusal.upstream} refused it (HTTP {refusal.status}): {refusal.words}",
+        f"{refusal.upstream} refused it{status}: {refusal.words}",
         {"upstream": refusal.upstream, "status": refusal.status},
     )
 

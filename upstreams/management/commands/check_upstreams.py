@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from upstreams.drift import document_drift
 from upstreams.http import UpstreamFault
+from upstreams.mcp import McpUpstream
 from upstreams.registry import loaded
 
 logger = logging.getLogger("upstreams.drift")
@@ -25,12 +26,20 @@ class Command(BaseCommand):
         failed = []
         for name, (upstream, specs) in sorted(loaded.items()):
             try:
-                current = upstream.current_document()
+                if isinstance(upstream, McpUpstream):
+                    listed = upstream.listed()
+                    drift = [
+                        f"{tool}: no longer offered"
+                        for tool in upstream.declared.tools
+                        if tool not in listed
+                    ]
+                else:
+                    current = upstream.current_document()
+                    drift = document_drift(upstream.declared.document(), current)
             except UpstreamFault as fault:
                 failed.append(name)
                 self.stderr.write(f"{name}: could not be read ({fault.words})")
                 continue
-            drift = document_drift(upstream.declared.document(), current)
             for line in drift:
                 # Recorded for administrators: the log keeps it beside the command's output.
                 logger.warning("upstream %s drifted: %s", name, line)
