@@ -30,6 +30,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -106,9 +107,11 @@ def _measure(rounds: int) -> dict[str, Any]:
     from orders.gateway import OrmOrderBook
     from orders.models import Order
     from tests.upstreams import payments as declarations
+    from upstreams.http import Upstream
     from upstreams.registry import upstream_register
 
     upstream, _ = upstream_register(declarations, tool_registry)
+    assert isinstance(upstream, Upstream)
     book = OrmOrderBook()
     agent, _ = agent_create(
         name="bench-upstream",
@@ -160,20 +163,26 @@ def _measure(rounds: int) -> dict[str, Any]:
         body = {**refund, "client_reference": uuid.uuid4().hex}
         key = uuid.uuid4().hex
         runs: dict[str, Callable[[], Any]] = {
-            "upstream read direct": lambda p=payment: upstream.read(
-                "getPayment", declarations.Payment, path={"payment_id": p}
+            "upstream read direct": partial(
+                upstream.read, "getPayment", declarations.Payment, path={"payment_id": payment}
             ),
             "upstream read gated": gated("get_payment", {"payment_id": payment}, customer),
-            "upstream write direct": lambda p=payment, b=body, k=key: upstream.write(
-                "createRefund", declarations.RefundMade, key=k, path={"payment_id": p}, body=b
+            "upstream write direct": partial(
+                upstream.write,
+                "createRefund",
+                declarations.RefundMade,
+                key=key,
+                path={"payment_id": payment},
+                body=body,
             ),
             "upstream write gated": gated(
                 "refund_payment", {"payment_id": payment, **refund}, customer
             ),
-            "hosted refund direct": lambda o=order, c=customer, a=amount: book.refund(
-                customer_id=c,
-                order_id=o,
-                amount_cents=a + 1,
+            "hosted refund direct": partial(
+                book.refund,
+                customer_id=customer,
+                order_id=order,
+                amount_cents=amount + 1,
                 currency="BRL",
                 reason="damaged",
                 key=uuid.uuid4().hex,

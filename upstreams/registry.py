@@ -19,15 +19,16 @@ from typing import Any, Protocol
 from dispatch.pipeline.tools import ToolRegistry, ToolSpec
 from upstreams.http import HttpUpstream, Upstream
 from upstreams.mcp import McpStdioUpstream, McpUpstream
-from upstreams.tools import UpstreamDeclarationError, upstream_tools
+from upstreams.tools import UpstreamDeclarationError, UpstreamWrite, upstream_tools
 
 
 class Declarations(Protocol):
     """What a declarations module defines."""
 
-    UPSTREAM: HttpUpstream | McpStdioUpstream
+    @property
+    def UPSTREAM(self) -> HttpUpstream | McpStdioUpstream: ...
 
-    def tools(self, upstream: Any, /) -> Iterable[ToolSpec[Any]]: ...
+    def tools(self, upstream: Any, /) -> Iterable[ToolSpec[Any] | UpstreamWrite]: ...
 
 
 AnyUpstream = Upstream | McpUpstream

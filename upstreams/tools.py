@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import BaseModel
