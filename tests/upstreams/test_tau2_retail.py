@@ -7,10 +7,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 
 from dispatch.models import Agent
 from dispatch.pipeline.results import CallResult
@@ -113,3 +115,13 @@ def test_what_the_policy_forbids_never_reaches_the_servers_write(agent: Agent, t
     assert codes == [code for _, code in variants]
     assert server_calls(tau2, SOFIA).count("cancel_pending_order") == 1
     assert "cancel_pending_order" not in server_calls(tau2, FATIMA)
+
+
+def test_check_upstreams_lists_the_servers_tools(tau2: Path) -> None:
+    out = StringIO()
+
+    call_command("check_upstreams", stdout=out)
+
+    assert "tau2_retail: as reviewed (tau2_get_order_details, tau2_cancel_pending_order)" in (
+        out.getvalue()
+    )
