@@ -6,8 +6,9 @@ writing tool remote (its key and reservation committed before the upstream is ca
 failure of the upstream one of the pipeline's answers, and the start-up rules enforced:
 
 - a writing tool on an upstream that does not honour Idempotency-Key declares `outcome_of`, the
-  read that finds the effect made under a key; its handler then asks that read before it sends,
-  so that a call sent again (a retry, a lost answer, a lease taken over) finds its first effect;
+  read that finds the effect made under a key (or, as an UpstreamWrite, `effect_of`, which finds
+  it by the call's arguments); its handler then asks that read before it sends, so that a call
+  sent again (a retry, a lost answer, a lease taken over) finds its first effect;
 - a writing tool's outcome read is declared wherever it exists, for the reconciliation.
 """
 
