@@ -22,7 +22,7 @@ from dispatch.models import Agent, AuditRecord, Confirmation, IdempotencyRecord,
 from dispatch.outcomes import outcomes_settle
 from dispatch.pipeline.results import CallResult
 from dispatch.services import call_dispatch
-from tests.conftest import MakeAgent
+from tests.conftest import ClientFor, MakeAgent
 from tests.upstreams.conftest import TOKEN, PaymentsServer, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -337,3 +337,19 @@ def test_an_effect_that_never_happened_is_settled_open_with_its_money_released(
     assert [s.status for s in settled] == ["open"]
     assert payments.refunds() == []
     assert money_counted() == 0
+
+
+def test_an_agent_host_refunds_through_the_api_once_with_its_own_idempotency_key(
+    payments: PaymentsServer, make_agent: MakeAgent, client_for: ClientFor
+) -> None:
+    _, token = make_agent(allowed_tools=["get_payment", "refund_payment"])
+    api = client_for(token)
+    headers = {"Idempotency-Key": "host-key-1"}
+
+    first = api.post_call("refund_payment", REFUND, customer="cust-1", headers=headers)
+    again = api.post_call("refund_payment", REFUND, customer="cust-1", headers=headers)
+
+    assert first.status_code == again.status_code == 200
+    assert first.json()["code"] == "OK" and again.json()["data"] == first.json()["data"]
+    assert TOKEN not in first.text
+    assert len(payments.refunds()) == 1
