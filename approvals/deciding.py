@@ -15,7 +15,13 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.errors import REFUSALS, AlreadyDecided, ConfirmationError, ReasonRequired
+from approvals.errors import (
+    REFUSALS,
+    AlreadyDecided,
+    ConfirmationError,
+    ReasonRequired,
+    RecheckUnavailable,
+)
 from approvals.events import confirmation_locked, event_append
 from approvals.executing import confirmation_move, expire_if_due
 from approvals.models import EventKind, ReviewerLimit, Vote
@@ -103,6 +109,14 @@ def _approve(
     if decision.outcome is Outcome.REFUSED:
         expire_if_due(confirmation, now)
         return REFUSALS[decision.code](decision.reason, confirmation)
+    judged = decision.invalidation
+    if judged is not None and judged.code.retryable:
+        # Not a rule the call breaks, but a read that failed (an upstream away): a retryable
+        # refusal does not invalidate what a reviewer is approving.
+        return RecheckUnavailable(
+            f"The live state could not be checked now, so nothing was decided: {judged.message}",
+            confirmation,
+        )
 
     if decision.reviewers_required != confirmation.reviewers_required:
         # The customer's sum of this moment decides, not the sum at the hold.

@@ -52,6 +52,13 @@ class SecondLookRequired(ConfirmationError):
     code = decision.SECOND_LOOK_REQUIRED
 
 
+class RecheckUnavailable(ConfirmationError):
+    """The re-check could not read the live state now (a system of record away): nothing is
+    decided, the held call stays pending, and the same approval may pass shortly."""
+
+    code = "recheck_unavailable"
+
+
 class NotReconcilable(ConfirmationError):
     """Only an execution whose outcome is unknown is reconciled."""
 

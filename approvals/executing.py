@@ -39,7 +39,7 @@ from dispatch.pipeline import codes
 from dispatch.pipeline.engine import RetryPolicy, execute_with_retries
 from dispatch.pipeline.results import CallResult, make_result
 from dispatch.pipeline.state import KeyStatus
-from dispatch.pipeline.tools import ExecutionContext
+from dispatch.pipeline.tools import ExecutionContext, OutcomeUnknownError
 from dispatch.registry import tool_registry
 
 logger = logging.getLogger(__name__)
@@ -290,7 +290,15 @@ def confirmation_reconcile(*, confirmation_id: str, reviewer: User) -> Confirmat
     if spec is None or spec.outcome_of is None:
         raise NotReconcilable(f"{confirmation.tool} cannot be asked for its outcome.", confirmation)
     now = timezone.now()
-    outcome = spec.outcome_of(confirmation.execution_key)
+    try:
+        outcome = spec.outcome_of(confirmation.execution_key)
+    except OutcomeUnknownError:
+        # The system of record could not be read (an upstream down): still unknown.
+        raise NotReconcilable(
+            f"The system of record of {confirmation.tool} could not be asked now; try again "
+            "shortly.",
+            confirmation,
+        ) from None
     if outcome is not None:
         result = make_result(
             call_id=confirmation.pk,

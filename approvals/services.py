@@ -33,6 +33,7 @@ from approvals.errors import (
     NotReconcilable,
     PossibleDuplicate,
     ReasonRequired,
+    RecheckUnavailable,
     SecondLookRequired,
 )
 from approvals.events import EXPIRY, WORKER
@@ -58,6 +59,7 @@ __all__ = [
     "NotReconcilable",
     "PossibleDuplicate",
     "ReasonRequired",
+    "RecheckUnavailable",
     "SecondLookRequired",
     "confirmation_approve",
     "confirmation_execute",

@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.db import connection, connections, transaction
 
 from dispatch.models import Agent, CallChannel, Policy
-from dispatch.pipeline.engine import Limits, Pipeline
+from dispatch.pipeline.engine import Limits, Pipeline, PreparedCall
 from dispatch.pipeline.policy import CurrencyLimits, HumanRule
 from dispatch.pipeline.results import CallResult
 from dispatch.pipeline.tools import ToolCall
@@ -240,6 +240,9 @@ def call_dispatch(
     )
     pipeline = _pipeline() if clock is None else _pipeline().on_clock(clock)
     prepared = pipeline.prepare(call, policy.snapshot())
+    checked = prepared.checked
+    if prepared.writes and not isinstance(checked, CallResult) and checked.spec.remote:
+        return _remote_write(pipeline, prepared, channel=channel, on_result=on_result)
     # A call that writes is one transaction: its step, idempotency record, confirmation, ledger
     # row and audit record commit together or not at all, and an identical call waits on the
     # key's row lock, then replays the outcome. Any other call runs in the backend's read scope.
@@ -249,6 +252,34 @@ def call_dispatch(
         commits = prepared.writes and on_result is None and ends_transaction()
         state = OrmState(cursor, tool_registry, channel=channel, commits=commits)
         result = pipeline.run_prepared(prepared, state)
+        if on_result is not None:
+            on_result(result)
+        return result
+
+
+def _remote_write(
+    pipeline: Pipeline,
+    prepared: PreparedCall,
+    *,
+    channel: str,
+    on_result: Callable[[CallResult], None] | None,
+) -> CallResult:
+    """A write whose effect an upstream makes over the network, in three steps, so that no lock
+    is held across the network: the call's step, key (in progress) and reservation commit
+    first; the upstream is called with no transaction open; the outcome, the key's status and
+    the audit record commit last. A process that dies in between leaves the key in progress and
+    the money counted, never an effect made twice (docs/upstreams.md)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        state = OrmState(cursor, tool_registry, channel=channel)
+        opened = pipeline.open_prepared(prepared, state)
+        if isinstance(opened, CallResult):
+            if on_result is not None:
+                on_result(opened)
+            return opened
+    execution = pipeline.effect_make(opened)
+    with transaction.atomic(), connection.cursor() as cursor:
+        state = OrmState(cursor, tool_registry, channel=channel)
+        result = pipeline.effect_end(opened, execution, state)
         if on_result is not None:
             on_result(result)
         return result

@@ -73,7 +73,7 @@ logger = logging.getLogger(__name__)
 _OWNED, _REPLAY, _HELD = Verdict.OWNED, Verdict.REPLAY, Verdict.HELD
 _IN_PROGRESS, _LOOP = Verdict.IN_PROGRESS, Verdict.LOOP
 _KEY_OPEN, _KEY_COMPLETED, _KEY_HELD = KeyStatus.OPEN, KeyStatus.COMPLETED, KeyStatus.HELD
-_KEY_UNKNOWN = KeyStatus.UNKNOWN
+_KEY_UNKNOWN, _KEY_IN_PROGRESS = KeyStatus.UNKNOWN, KeyStatus.IN_PROGRESS
 _HIGH_RISK = Risk.HIGH
 _NEVER, _ALWAYS, _BY_AMOUNT = HumanRule.NEVER, HumanRule.ALWAYS, HumanRule.BY_AMOUNT
 
@@ -182,6 +182,9 @@ class _Trace:
     settlement: Settlement | None = None
     # Whether stage 8 began: after that, a write may have taken effect.
     executing: bool = False
+    # Whether a remote write stops before its effect (Pipeline.open_prepared), and where it did.
+    defer: bool = False
+    effect: PendingEffect | None = None
 
 
 class CheckedCall(NamedTuple):
@@ -231,6 +234,19 @@ class Execution(NamedTuple):
     status: KeyStatus
 
 
+class PendingEffect(NamedTuple):
+    """A remote write (ToolSpec.remote) that passed every stage, stopped before its effect: its
+    key is in progress and its money reserved, which the adapter commits before the effect
+    (Pipeline.effect_make), and settles after it (Pipeline.effect_end)."""
+
+    prepared: PreparedCall
+    claimed: ClaimedCall
+    # The money it reserved, released if the effect is certainly not made.
+    money: Money | None
+    read_ahead: ReadAhead | None
+    trace: _Trace
+
+
 class Refusal(NamedTuple):
     """Why a call does not pass a stage: its code, words for the model, and data."""
 
@@ -250,6 +266,16 @@ def _internal_error(call: ToolCall, call_id: str) -> CallResult:
         tool=call.tool,
         code=codes.INTERNAL_ERROR,
         message="Toolgate failed while handling this call.",
+    )
+
+
+def _deferred(spec: ToolSpec[Any], call_id: str) -> CallResult:
+    """What stands for a remote write's result until its effect answers: never returned."""
+    return make_result(
+        call_id=call_id,
+        tool=spec.name,
+        code=codes.CALL_IN_PROGRESS,
+        message="The call is executing.",
     )
 
 
@@ -463,15 +489,60 @@ class Pipeline:
 
     def run_prepared(self, prepared: PreparedCall, state: StatePort) -> CallResult:
         """Stage 0 and stages 4 to 8 on the store given, then the call's one audit record."""
-        call, policy, call_id = prepared.call, prepared.policy, prepared.call_id
         trace = _Trace()
+        result = self._guarded_run(prepared, trace, state)
+        self._record(prepared, trace, result, state)
+        return result
+
+    def open_prepared(self, prepared: PreparedCall, state: StatePort) -> CallResult | PendingEffect:
+        """run_prepared, except that a remote write that passes every stage stops before its
+        effect: its money reserved and its key in progress are written (StatePort.effect_begin)
+        for the adapter to commit, and no audit record yet. The adapter then makes the effect
+        with no transaction open (effect_make) and settles it on a store of its own
+        (effect_end), which writes the call's one audit record."""
+        trace = _Trace()
+        trace.defer = True
+        result = self._guarded_run(prepared, trace, state)
+        effect = trace.effect
+        if effect is not None:
+            state.effect_begin(effect.claimed.checked.key)
+            return effect
+        self._record(prepared, trace, result, state)
+        return result
+
+    def effect_make(self, effect: PendingEffect) -> Execution:
+        """A remote write's effect, under the call's key, with no store at hand."""
+        return self._execution(effect.claimed, effect.prepared, effect.read_ahead)
+
+    def effect_end(
+        self, effect: PendingEffect, execution: Execution, state: StatePort
+    ) -> CallResult:
+        """Settle a remote write as its effect answered, and write the call's audit record."""
+        result, status = execution
+        key = effect.claimed.checked.key
+        if effect.money is not None and status is _KEY_OPEN:
+            # Certainly not made: the money it reserved is free again.
+            state.release_allowance(key)
+        stored = result.as_dict() if status is _KEY_COMPLETED else None
+        effect.trace.settlement = Settlement(key, status, stored)
+        self._record(effect.prepared, effect.trace, result, state)
+        return result
+
+    def _guarded_run(self, prepared: PreparedCall, trace: _Trace, state: StatePort) -> CallResult:
+        call, call_id = prepared.call, prepared.call_id
         try:
-            result = self._run(prepared, trace, state)
+            return self._run(prepared, trace, state)
         except (SessionConflict, StoreUnavailable):
             raise
         except Exception:
             logger.exception("pipeline failed on call %s", call_id)
-            result = _internal_error(call, call_id)
+            trace.effect = None
+            return _internal_error(call, call_id)
+
+    def _record(
+        self, prepared: PreparedCall, trace: _Trace, result: CallResult, state: StatePort
+    ) -> None:
+        call, policy, call_id = prepared.call, prepared.policy, prepared.call_id
         entry = AuditEntry(
             call_id=call_id,
             at=prepared.at,
@@ -492,7 +563,6 @@ class Pipeline:
             duration_ms=(self.monotonic() - prepared.started) * 1000.0,
         )
         state.record(entry, trace.settlement)
-        return result
 
     def _run(self, prepared: PreparedCall, trace: _Trace, state: StatePort) -> CallResult:
         call, policy, call_id = prepared.call, prepared.policy, prepared.call_id
@@ -539,6 +609,9 @@ class Pipeline:
             if claim.previous is _KEY_UNKNOWN:
                 # The effect may already have happened: finish it under the same key rather than
                 # judge it again against a state that it may itself have changed.
+                if spec.remote and trace.defer:
+                    trace.effect = PendingEffect(prepared, claimed, None, None, trace)
+                    return _deferred(spec, call_id)
                 execution = self._execution(claimed, prepared)
             else:
                 execution = self._stages_5_to_8(claimed, prepared, trace, state)
@@ -547,6 +620,8 @@ class Pipeline:
             state.settle(Settlement(key, _KEY_UNKNOWN if may_have_happened else _KEY_OPEN))
             raise
         result, status = execution
+        if trace.effect is not None:
+            return result
         if status is not _KEY_HELD:
             stored = result.as_dict() if status is _KEY_COMPLETED else None
             # Written with the audit record, in the same request to the store.
@@ -563,7 +638,9 @@ class Pipeline:
         call, policy = prepared.call, prepared.policy
         spec, arguments = checked.spec, checked.arguments
         lookup = spec.lookup
-        money = spec.money_ahead(arguments) if spec.writes else None
+        # Not for a remote tool: its check reads the upstream, and the money lock a store may
+        # take with the opening must not be held across that read.
+        money = spec.money_ahead(arguments) if spec.writes and not spec.remote else None
         allowance = None
         if money is not None:
             now = self.clock()
@@ -687,6 +764,10 @@ class Pipeline:
 
         # 8. Execution. What was read ahead is the first read of the tool's check, if it has one.
         trace.executing = True
+        if spec.remote and trace.defer:
+            read = None if spec.check else read_ahead
+            trace.effect = PendingEffect(prepared, claimed, money, read, trace)
+            return Execution(_deferred(spec, call_id), _KEY_IN_PROGRESS)
         execution = self._execution(claimed, prepared, None if spec.check else read_ahead)
         if money is not None and execution.status is _KEY_OPEN:
             # Nothing moved (refused, or not applied): the money it reserved is free again.

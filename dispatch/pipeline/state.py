@@ -267,6 +267,11 @@ class StatePort(Protocol):
         """Append one audit record, and settle the call's key with it when there is one."""
         ...
 
+    def effect_begin(self, key: str) -> None:
+        """A remote write is about to make its effect with no transaction open: write what it
+        reserved now, with its key in progress, for the adapter to commit before the effect."""
+        ...
+
     def reserve_allowance(
         self, request: AllowanceRequest, judge: Callable[[AllowanceHistory], HoldReason | None]
     ) -> tuple[AllowanceHistory, HoldReason | None]:
@@ -420,6 +425,10 @@ class InMemoryState:
             self.heads[entry.agent_id, entry.session_id] = link
             self.links.append(link)
             self.audit.append(entry)
+
+    def effect_begin(self, key: str) -> None:
+        # Each change here is visible at once: nothing waits to be written.
+        return None
 
     def reserve_allowance(
         self, request: AllowanceRequest, judge: Callable[[AllowanceHistory], HoldReason | None]

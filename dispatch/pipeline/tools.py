@@ -163,6 +163,10 @@ class ToolSpec(Generic[Args]):
     # for a human (a confirmation of the same agent and customer, pending), so that a model can
     # ask until it is decided; any other read of the tool counts as every call does.
     watches: str | None = None
+    # The effect is made by a system over the network (an upstream): a call's reservation and
+    # its key, in progress, are committed before the handler runs, and nothing is locked across
+    # it; the call is settled in a transaction of its own once the handler answered.
+    remote: bool = False
 
     def __post_init__(self) -> None:
         money = self.money
@@ -264,6 +268,13 @@ class ToolRegistry:
             raise ValueError(f"tool {spec.name!r} is already registered")
         self._catalogue = CodeCatalogue((*self._catalogue, *spec.codes))
         self._tools[spec.name] = spec
+
+    def unregister(self, name: str) -> None:
+        """Withdraw a tool (an upstream's declarations, replaced or retired); its codes stay
+        known only where another tool declares them."""
+        self._tools.pop(name, None)
+        codes = (code for spec in self._tools.values() for code in spec.codes)
+        self._catalogue = CodeCatalogue((*CORE_CODES, *codes))
 
     def register_lookup_source(self, name: str, source: LookupSource) -> None:
         if name in self._lookup_sources:

@@ -39,6 +39,7 @@ from dispatch.pipeline.state import (
 from dispatch.pipeline.tools import LookupSource, ToolRegistry
 from dispatch.store import sql
 from dispatch.store.allowance import (
+    RESERVE,
     Reservation,
     allowance_ahead,
     allowance_release,
@@ -338,6 +339,14 @@ class OrmState:
             request, judge, cursor=self.cursor, read=read
         )
         return history, hold
+
+    @_raises_store_unavailable
+    def effect_begin(self, key: str) -> None:
+        # The claim left the key in progress; the reservation is otherwise written with the
+        # audit record, which this call writes only once its effect answered.
+        reserved, self._reserved = self._reserved, None
+        if reserved is not None:
+            self.cursor.execute(RESERVE, reserved)
 
     @_raises_store_unavailable
     def release_allowance(self, key: str) -> None:

@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "django_filters",
     "orders",
     "retail",
+    "upstreams",
     "dispatch",
     "approvals",
     "analytics",
@@ -331,6 +332,9 @@ for _sink in TOOLGATE_AUDIT_SEAL_SINKS:
 # The refund gateway's fault switch (orders.models.GatewayFault): read only where failures are
 # demonstrated on purpose; production turns it off.
 TOOLGATE_GATEWAY_FAULTS = env.bool("TOOLGATE_GATEWAY_FAULTS", default=True)
+# The declarations modules of the upstreams whose tools Toolgate serves (docs/upstreams.md):
+# code in the repository; their addresses and credentials come from the environment.
+TOOLGATE_UPSTREAMS = env.list("TOOLGATE_UPSTREAMS", default=[])
 
 # Connections each process keeps for reserving money where a policy caps an agent's day
 # (PostgreSQL only; other reservations are made in the call's own transaction).

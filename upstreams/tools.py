@@ -1,0 +1,212 @@
+"""An upstream's tools, declared in the same shape as a hosted tool's (dispatch.pipeline.tools).
+
+A declarations module writes ToolSpecs whose checks, reviews, handlers and outcome reads call
+the upstream (upstreams.http.Upstream); `upstream_tools` makes them the upstream's: every
+writing tool remote (its key and reservation committed before the upstream is called), every
+failure of the upstream one of the pipeline's answers, and the start-up rules enforced:
+
+- a writing tool on an upstream that does not honour Idempotency-Key declares `outcome_of`, the
+  read that finds the effect made under a key (or, as an UpstreamWrite, `effect_of`, which finds
+  it by the call's arguments); its handler then asks that read before it sends, so that a call
+  sent again (a retry, a lost answer, a lease taken over) finds its first effect;
+- a writing tool's outcome read is declared wherever it exists, for the reconciliation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from dispatch.pipeline.codes import Code
+from dispatch.pipeline.tools import (
+    CheckContext,
+    ExecutionContext,
+    OutcomeUnknownError,
+    Refused,
+    Rejection,
+    ToolSpec,
+    TransientError,
+)
+from upstreams.http import UpstreamBadAnswer, UpstreamFault, UpstreamRefusal
+
+logger = logging.getLogger(__name__)
+
+UPSTREAM_REFUSED = Code(
+    "UPSTREAM_REFUSED",
+    8,
+    "The upstream refused the call after Toolgate's checks passed; `message` gives its reason "
+    "(escaped). Nothing was done, and its money no longer counts.",
+    True,
+    False,
+)
+UPSTREAM_BAD_ANSWER = Code(
+    "UPSTREAM_BAD_ANSWER",
+    8,
+    "The upstream answered something that is not its declared answer; nothing of it is shown.",
+    False,
+    False,
+)
+UPSTREAM_READ_FAILED = Code(
+    "UPSTREAM_READ_FAILED",
+    5,
+    "A business check could not read the upstream's live state; nothing was done, and the same "
+    "call may pass shortly.",
+    False,
+    True,
+)
+UPSTREAM_CODES = (UPSTREAM_REFUSED, UPSTREAM_BAD_ANSWER, UPSTREAM_READ_FAILED)
+
+
+class Connected(Protocol):
+    """An upstream as its tools are wrapped: its name, and whether it honours the key."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def honours_idempotency_key(self) -> bool: ...
+
+
+# What a write's effect under this call was, read from the upstream with the call's arguments and
+# context (its key, its customer), or None if there was none.
+EffectOf = Callable[[Any, ExecutionContext], Mapping[str, Any] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamWrite:
+    """A writing tool whose effect is found by its arguments rather than by its key alone (an
+    upstream that stores no key of Toolgate's: a cancelled order is this call's cancellation, its
+    check having found the order pending). Every attempt reads it before it sends; a call left
+    unknown is settled by the same call sent again, not by `settle_outcomes`."""
+
+    spec: ToolSpec[Any]
+    effect_of: EffectOf
+
+
+class UpstreamDeclarationError(Exception):
+    """A declaration that must not start: Toolgate refuses to serve it."""
+
+
+def upstream_tools(
+    upstream: Connected, declared: Iterable[ToolSpec[Any] | UpstreamWrite]
+) -> tuple[ToolSpec[Any], ...]:
+    """The declared tools as the pipeline runs them; raises UpstreamDeclarationError for one
+    that breaks a start-up rule."""
+    made = []
+    for tool in declared:
+        spec = tool.spec if isinstance(tool, UpstreamWrite) else tool
+        effect_of = tool.effect_of if isinstance(tool, UpstreamWrite) else _by_key(spec)
+        if spec.writes and effect_of is None and not upstream.honours_idempotency_key:
+            raise UpstreamDeclarationError(
+                f"{spec.name} writes to {upstream.name}, which does not honour Idempotency-Key, "
+                "and declares no outcome_of: nothing could tell whether its effect happened"
+            )
+        made.append(
+            dataclasses.replace(
+                spec,
+                check=None if spec.check is None else _checked(upstream, spec.check),
+                handler=_handled(upstream, spec, effect_of),
+                outcome_of=None if spec.outcome_of is None else _outcome(spec.outcome_of),
+                codes=tuple(dict.fromkeys((*spec.codes, *UPSTREAM_CODES))),
+                remote=spec.writes,
+            )
+        )
+    return tuple(made)
+
+
+def _by_key(spec: ToolSpec[Any]) -> EffectOf | None:
+    """A write's effect read by its key alone (its outcome_of), if it declares one."""
+    outcome_of = spec.outcome_of
+    if outcome_of is None:
+        return None
+
+    def effect_by_key(arguments: Any, context: ExecutionContext) -> Mapping[str, Any] | None:
+        return outcome_of(context.idempotency_key)
+
+    return effect_by_key
+
+
+def _checked(
+    upstream: Connected, check: Callable[[Any, CheckContext], Rejection | None]
+) -> Callable[[Any, CheckContext], Rejection | None]:
+    def upstream_check(arguments: Any, context: CheckContext) -> Rejection | None:
+        try:
+            return check(arguments, context)
+        except UpstreamRefusal as refusal:
+            return _refusal(refusal)
+        except UpstreamFault as fault:
+            return Rejection(
+                UPSTREAM_READ_FAILED,
+                f"The live state could not be read from {upstream.name} ({fault.words}); "
+                "nothing was done. The same call may pass shortly.",
+                {"upstream": upstream.name},
+            )
+
+    return upstream_check
+
+
+def _handled(
+    upstream: Connected, spec: ToolSpec[Any], effect_of: EffectOf | None
+) -> Callable[[Any, ExecutionContext], Mapping[str, Any]]:
+    handler = spec.handler
+    reads_first = spec.writes and not upstream.honours_idempotency_key
+
+    def upstream_handler(arguments: Any, context: ExecutionContext) -> Mapping[str, Any]:
+        try:
+            if reads_first and effect_of is not None:
+                # Toolgate's key is the dedupe: an effect already made under it is its answer.
+                made = effect_of(arguments, context)
+                if made is not None:
+                    return made
+            return handler(arguments, context)
+        except UpstreamRefusal as refusal:
+            raise Refused(_refusal(refusal)) from None
+        except UpstreamBadAnswer as fault:
+            if spec.writes:
+                # It answered with success, unreadably: the effect may be made.
+                raise OutcomeUnknownError(str(fault)) from None
+            raise Refused(
+                Rejection(
+                    UPSTREAM_BAD_ANSWER,
+                    f"{upstream.name} answered {spec.name} with something that is not its "
+                    f"declared answer ({fault.words}); nothing of it is shown.",
+                )
+            ) from None
+        except UpstreamFault as fault:
+            if spec.writes and fault.may_have_happened:
+                raise OutcomeUnknownError(str(fault)) from None
+            raise TransientError(str(fault)) from None
+
+    return upstream_handler
+
+
+def _outcome(
+    outcome_of: Callable[[str], Mapping[str, Any] | None],
+) -> Callable[[str], Mapping[str, Any] | None]:
+    def upstream_outcome(key: str) -> Mapping[str, Any] | None:
+        # A failure to read is no answer: the caller keeps the outcome unknown.
+        try:
+            return outcome_of(key)
+        except UpstreamFault as fault:
+            raise OutcomeUnknownError(str(fault)) from None
+
+    return upstream_outcome
+
+
+def _refusal(refusal: UpstreamRefusal) -> Rejection:
+    status = f" (HTTP {refusal.status})" if refusal.status else ""
+    return Rejection(
+        UPSTREAM_REFUSED,
+        f"{refusal.upstream} refused it{status}: {refusal.words}",
+        {"upstream": refusal.upstream, "status": refusal.status},
+    )
+
+
+def answer_data(answer: BaseModel) -> dict[str, Any]:
+    """An upstream's answer as a tool's result data."""
+    return answer.model_dump(mode="json")
