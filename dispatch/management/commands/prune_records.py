@@ -44,5 +44,5 @@ class Command(BaseCommand):
             f"{'Would delete' if dry_run else 'Deleted'} {pruned.keys:,} idempotency record(s) "
             f"and {pruned.sessions:,} session(s)"
             + ("" if dry_run else f" ({pruned.session_keys:,} of the records with their sessions)")
-            + "."
+            + f", and {pruned.tasks:,} answered MCP task(s) past their ttl."
         )
