@@ -527,7 +527,7 @@ class AnsweredTask(models.Model):
     its answer, for `tasks/get` and `tasks/result`, until its ttl ends; the retention deletes it
     then (dispatch/retention.py). A held call's task is its confirmation and needs no row."""
 
-    id = models.CharField(max_length=40, primary_key=True)
+    id = models.CharField(max_length=48, primary_key=True)
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
     customer_id = models.CharField(max_length=64)
     tool = models.CharField(max_length=64)

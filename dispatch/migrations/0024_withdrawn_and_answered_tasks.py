@@ -44,7 +44,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="AnsweredTask",
             fields=[
-                ("id", models.CharField(max_length=40, primary_key=True, serialize=False)),
+                ("id", models.CharField(max_length=48, primary_key=True, serialize=False)),
                 ("customer_id", models.CharField(max_length=64)),
                 ("tool", models.CharField(max_length=64)),
                 ("result", models.JSONField()),
