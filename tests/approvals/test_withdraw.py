@@ -189,7 +189,5 @@ def test_a_withdrawal_racing_an_approval_makes_exactly_one(
     else:
         assert approved.code == "already_decided"
         assert (held.status, refunds, money_counting(held)) == ("withdrawn", 0, 0)
-    kinds = list(
-        ConfirmationEvent.objects.filter(confirmation=held).values_list("kind", flat=True)
-    )
+    kinds = list(ConfirmationEvent.objects.filter(confirmation=held).values_list("kind", flat=True))
     assert (EventKind.WITHDRAWN in kinds) != (EventKind.APPROVED in kinds)

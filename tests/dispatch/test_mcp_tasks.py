@@ -38,8 +38,10 @@ from dispatch.mcp.tasks import NO_SUCH_TASK, RELATED_TASK_META
 from dispatch.models import AnsweredTask, Confirmation, Movement
 from dispatch.retention import records_prune
 from tests.conftest import Ledger, MakeAgent
-from tests.dispatch.test_mcp import ROOT, mcp_url, server_env  # noqa: F401 - a fixture
+from tests.dispatch.test_mcp import ROOT, mcp_url, server_env
 from tests.dispatch.test_throttle_processes import free_port
+
+__all__ = ["mcp_url"]
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
@@ -84,13 +86,14 @@ class RawClient:
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """The answer to one request: its whole JSON-RPC message (result or error)."""
         request_id = next(self.ids)
-        response = self.post({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        response = self.post(message)
         if response.headers.get("content-type", "").startswith("text/event-stream"):
             for line in response.text.splitlines():
                 if line.startswith("data:") and line[5:].strip():
-                    message: dict[str, Any] = json.loads(line[5:])
-                    if message.get("id") == request_id:
-                        return message
+                    event: dict[str, Any] = json.loads(line[5:])
+                    if event.get("id") == request_id:
+                        return event
             raise AssertionError(f"no answer to {method} in {response.text!r}")
         answer: dict[str, Any] = response.json()
         return answer
@@ -151,7 +154,7 @@ def held_task(raw: RawClient) -> dict[str, Any]:
     return task
 
 
-# Declared, and today's answer for who does not ask -------------------------------------------------
+# Declared, and today's answer for who does not ask ---------------------------------------------
 
 
 def test_the_server_declares_tasks_and_its_tools_take_them(mcp_url: str, agent_token: str) -> None:
@@ -224,9 +227,7 @@ def test_a_rejected_task_fails_with_the_rejection_and_its_code(
     assert ledger.state() == (0, 0)
 
 
-def test_an_expired_task_fails_with_expired(
-    mcp_url: str, agent_token: str, ledger: Ledger
-) -> None:
+def test_an_expired_task_fails_with_expired(mcp_url: str, agent_token: str, ledger: Ledger) -> None:
     raw = RawClient(mcp_url, agent_token)
     task = held_task(raw)
 
@@ -311,9 +312,7 @@ def test_another_agents_customers_unknown_or_malformed_task_is_the_same_error(
 # Tasks answered at once, kept for their ttl ------------------------------------------------------
 
 
-def test_a_call_answered_at_once_is_a_task_kept_for_its_ttl(
-    mcp_url: str, agent_token: str
-) -> None:
+def test_a_call_answered_at_once_is_a_task_kept_for_its_ttl(mcp_url: str, agent_token: str) -> None:
     raw = RawClient(mcp_url, agent_token)
 
     read = raw.call_as_task("get_order", {"order_id": "ORD-1001"}, ttl=60_000)["result"]["task"]
@@ -397,4 +396,3 @@ def test_a_task_outlives_the_server_process(
     result = task_result(url, agent_token, task["taskId"])
     assert result.structured_content["ok"] is True
     assert ledger.state() == (1, 6000)
-

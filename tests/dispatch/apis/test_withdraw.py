@@ -29,9 +29,7 @@ def test_the_host_withdraws_a_held_call(api: AgentClient, ledger: Ledger) -> Non
     assert (state["status"], state["final"]) == ("withdrawn", True)
     assert state["decision_code"] == "WITHDRAWN"
     assert api.get(f"/api/v1/confirmations/{confirmation_id}").json()["status"] == "withdrawn"
-    assert not Movement.objects.filter(
-        confirmation_id=confirmation_id, released_at=None
-    ).exists()
+    assert not Movement.objects.filter(confirmation_id=confirmation_id, released_at=None).exists()
     assert ledger.state() == (0, 0)
 
 
@@ -78,9 +76,7 @@ def test_another_agents_call_is_a_404_like_a_missing_one(
     assert Confirmation.objects.get(pk=confirmation_id).status == "pending"
 
 
-def test_a_withdrawal_needs_the_agents_token(
-    api: AgentClient, client_for: ClientFor
-) -> None:
+def test_a_withdrawal_needs_the_agents_token(api: AgentClient, client_for: ClientFor) -> None:
     confirmation_id = api.refund(6000)["data"]["confirmation_id"]
 
     response = withdraw(client_for(None), confirmation_id)
