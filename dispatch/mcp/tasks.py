@@ -34,6 +34,7 @@ from dispatch.mcp.results import refusal_error
 from dispatch.mcp.sessions import Host, HostOf, host_refusal, refusal_record
 from dispatch.models import AnsweredTask, Confirmation, ConfirmationStatus
 from dispatch.pipeline import codes
+from dispatch.pipeline.decision import ALREADY_DECIDED
 from dispatch.pipeline.results import CallResult
 from dispatch.withdrawal import NOT_FOUND, DecisionRefused, held_call_withdraw
 
@@ -285,6 +286,7 @@ def task_cancel(host: Host, task_id: str) -> dict[str, Any]:
         raise MCPError(
             code=types.INVALID_PARAMS,
             message=f"Cannot cancel task {task_id}: it is already {_task(found).status}.",
+            data={"code": ALREADY_DECIDED},
         )
     assert host.agent is not None
     try:

@@ -327,6 +327,7 @@ def test_a_call_answered_at_once_is_a_task_kept_for_its_ttl(mcp_url: str, agent_
     assert (failed.is_error, failed.structured_content["code"]) == (True, "INVALID_ARGUMENTS")
     cancel = raw.request("tasks/cancel", {"taskId": read["taskId"]})["error"]
     assert cancel["code"] == types.INVALID_PARAMS and "already completed" in cancel["message"]
+    assert cancel["data"] == {"code": "already_decided"}
 
 
 def test_a_task_past_its_ttl_is_answered_as_unknown_and_pruned(
