@@ -18,7 +18,7 @@ from dispatch.pipeline.audit_chain import event_chain, link_hash
 WORKER = "worker"
 EXPIRY = "expiry"
 # Who withdrew a held call: the agent's host.
-HOST = "host"
+HOST = "the agent's host"
 
 
 def confirmation_locked(confirmation_id: str) -> Confirmation:

@@ -81,7 +81,7 @@ EVENT_VERBS = {
     "failed": "failed: nothing moved",
     "unknown": "could not learn the outcome",
     "reconciled": "reconciled it with the system of record",
-    "withdrawn": "withdrew it (the agent's host): nothing executed",
+    "withdrawn": "withdrew it: nothing executed",
 }
 
 
