@@ -142,9 +142,9 @@ def task_created(
     """The CreateTaskResult for a task-augmented tools/call that the pipeline answered with
     `answer` (its CallToolResult, as the wire has it): the held call's confirmation as a task,
     or a task kept for its ttl with the answer given at once."""
-    if host.agent is None or not host.customer_id:
-        # Refused for want of an agent or a customer: nothing to keep a task for, nor anyone
-        # to read it; the refusal is the answer.
+    if host_refusal(host) is not None or host.agent is None or not host.customer_id:
+        # Refused on the host's side (no agent, no valid customer or session): no one could
+        # read a task; the refusal is the answer.
         return dict(answer)
     contract = answer.get("structuredContent") or {}
     held = contract.get("code") == codes.CONFIRMATION_REQUIRED.name

@@ -397,3 +397,13 @@ def test_a_task_outlives_the_server_process(
     result = task_result(url, agent_token, task["taskId"])
     assert result.structured_content["ok"] is True
     assert ledger.state() == (1, 6000)
+
+
+def test_a_call_refused_on_the_hosts_side_keeps_no_task(mcp_url: str, agent_token: str) -> None:
+    raw = RawClient(mcp_url, agent_token, customer="not a customer id")
+
+    answer = raw.call_as_task("get_order", {"order_id": "ORD-1001"})
+
+    assert "task" not in answer["result"]
+    assert answer["result"]["structuredContent"]["code"] == "customer_invalid"
+    assert not AnsweredTask.objects.exists()
