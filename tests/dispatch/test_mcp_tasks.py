@@ -407,3 +407,50 @@ def test_a_call_refused_on_the_hosts_side_keeps_no_task(mcp_url: str, agent_toke
     assert "task" not in answer["result"]
     assert answer["result"]["structuredContent"]["code"] == "customer_invalid"
     assert not AnsweredTask.objects.exists()
+
+
+def test_over_stdio_a_held_call_is_a_task_too(agent_token: str, reviewer: User) -> None:
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "mcp_serve", "--customer", "CUS-1", "--session", "conv-1"],
+        cwd=ROOT,
+        env=server_env(agent_token),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    ids = itertools.count(1)
+
+    def request(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        request_id = next(ids)
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        server.stdin.write(json.dumps(message).encode() + b"\n")  # type: ignore[union-attr]
+        server.stdin.flush()  # type: ignore[union-attr]
+        while True:
+            answer: dict[str, Any] = json.loads(server.stdout.readline())  # type: ignore[union-attr]
+            if answer.get("id") == request_id:
+                return answer
+
+    try:
+        init = request(
+            "initialize",
+            {
+                "protocolVersion": TASKS_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        )
+        server.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        server.stdin.flush()
+        arguments = {"name": "refund_order", "arguments": HELD_REFUND, "task": {}}
+        task = request("tools/call", arguments)["result"]["task"]
+        confirmation_approve(confirmation_id=task["taskId"], reviewer=reviewer)
+        done = request("tasks/get", {"taskId": task["taskId"]})["result"]
+        result = request("tasks/result", {"taskId": task["taskId"]})["result"]
+    finally:
+        server.stdin.close()
+        server.wait(timeout=30)
+
+    assert "tasks" in init["result"]["capabilities"]
+    assert (task["status"], done["status"]) == ("working", "completed")
+    assert result["structuredContent"]["ok"] is True
