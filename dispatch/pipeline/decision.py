@@ -343,12 +343,13 @@ def approvals_standing(
     )
 
 
-def closed_reason(held: HeldCall, now: datetime) -> str | None:
-    """Why the held call can no longer be decided (approved or rejected); None while it waits."""
+def closed_reason(held: HeldCall, now: datetime, action: str = "approved") -> str | None:
+    """Why the held call can no longer be decided (approved or rejected, or withdrawn: the
+    `action` its words name); None while it waits."""
     if held.status == PENDING and held.expires_at <= now:
         return (
             f"It expired at {held.expires_at.isoformat(timespec='seconds')}; it can no longer "
-            "be approved."
+            f"be {action}."
         )
     if held.status != PENDING:
         decided = f" (decided at {held.decided_at:%H:%M:%S})." if held.decided_at else "."
@@ -369,14 +370,18 @@ def withdrawal_refusal(held: HeldCall, votes: int, now: datetime) -> tuple[str, 
         held.status == PENDING and votes > 0 and held.expires_at > now
     )
     if approved:
+        done = (
+            "voted to approve it"
+            if held.status == PENDING
+            else f"approved it (it is {held.status})"
+        )
         return (
             ALREADY_APPROVED,
-            f"A reviewer approved it already (it is {held.status}); it can no longer be "
-            "withdrawn. Its outcome follows.",
+            f"A reviewer {done}; it can no longer be withdrawn. Its outcome follows.",
         )
-    closed = closed_reason(held, now)
+    closed = closed_reason(held, now, action="withdrawn")
     if closed is not None:
-        return ALREADY_DECIDED, closed.replace("approved", "withdrawn", 1)
+        return ALREADY_DECIDED, closed
     return None
 
 
