@@ -30,6 +30,7 @@ OUTCOMES = (
     ConfirmationStatus.REJECTED,
     ConfirmationStatus.EXPIRED,
     ConfirmationStatus.INVALIDATED,
+    ConfirmationStatus.WITHDRAWN,
     ConfirmationStatus.FAILED,
     ConfirmationStatus.UNKNOWN,
     ConfirmationStatus.PENDING,

@@ -14,3 +14,9 @@ class ApprovalsConfig(AppConfig):
         from dispatch.audit import chain_source_register
 
         chain_source_register(confirmation_events)
+
+        # The agent's doors withdraw a held call through dispatch, which names no approvals.
+        from approvals.deciding import confirmation_withdraw
+        from dispatch.withdrawal import withdrawal_register
+
+        withdrawal_register(confirmation_withdraw)

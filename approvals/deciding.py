@@ -19,6 +19,7 @@ from approvals.errors import (
     REFUSALS,
     AlreadyDecided,
     ConfirmationError,
+    ConfirmationNotFound,
     ReasonRequired,
     RecheckUnavailable,
 )
@@ -38,6 +39,7 @@ from dispatch.pipeline.decision import (
     Reviewer,
     approval_decision,
     closed_reason,
+    withdrawal_refusal,
 )
 from dispatch.pipeline.engine import Refusal, recheck
 from dispatch.pipeline.policy import Policy as PolicySnapshot
@@ -223,6 +225,54 @@ def _reject(
             f"A reviewer rejected {confirmation.tool} (confirmation {confirmation.pk}): {reason}",
             {"confirmation_id": confirmation.pk, "reason": reason},
         ),
+    )
+
+
+# The decision code and words of a withdrawn held call, as its state and its task give them.
+WITHDRAWN_CODE = "WITHDRAWN"
+
+
+def confirmation_withdraw(
+    *,
+    confirmation_id: str,
+    agent: Agent,
+    customer_id: str | None = None,
+    now: datetime | None = None,
+) -> Confirmation:
+    """The agent's host withdraws its held call: nothing executes, its money no longer counts,
+    and its idempotency key is open again (an identical call is judged anew). Only the agent's
+    own confirmation (and, where given, its customer's): any other id is answered as missing.
+    Refused once a reviewer approved it or voted to (AlreadyApproved), or once it was decided
+    otherwise or expired (AlreadyDecided). Taken under the same locks as every decision, so that
+    a withdrawal and an approval at once make one of the two. Raises ConfirmationError."""
+    return _raise_refusal(_withdraw(confirmation_id, agent, customer_id, now or timezone.now()))
+
+
+@transaction.atomic
+def _withdraw(
+    confirmation_id: str, agent: Agent, customer_id: str | None, now: datetime
+) -> Confirmation | ConfirmationError:
+    owned = Confirmation.objects.filter(pk=confirmation_id, agent=agent)
+    if customer_id is not None:
+        owned = owned.filter(customer_id=customer_id)
+    if not owned.exists():
+        return ConfirmationNotFound(f"There is no confirmation {confirmation_id}.")
+    confirmation = confirmation_locked(confirmation_id)
+    refusal = withdrawal_refusal(held_call_of(confirmation), confirmation.votes.count(), now)
+    if refusal is not None:
+        expire_if_due(confirmation, now)
+        code, reason = refusal
+        return REFUSALS[code](reason, confirmation)
+    reason = "The agent's host withdrew it before any reviewer approved it; nothing was done."
+    return confirmation_move(
+        confirmation,
+        ConfirmationStatus.WITHDRAWN,
+        at=now,
+        event=EventKind.WITHDRAWN,
+        message=reason,
+        decided_at=now,
+        decision_code=WITHDRAWN_CODE,
+        decision_reason=reason,
     )
 
 

@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-from dispatch.models import Confirmation
 from dispatch.pipeline import decision
+from dispatch.withdrawal import NOT_FOUND, DecisionRefused
 
 
-class ConfirmationError(Exception):
-    """A decision that cannot be made; `code` is stable, `message` is for the reviewer."""
-
-    code = "confirmation_error"
-
-    def __init__(self, message: str, confirmation: Confirmation | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.confirmation = confirmation
+class ConfirmationError(DecisionRefused):
+    """A decision that cannot be made; `code` is stable, `message` is for the reviewer (or, for
+    a withdrawal, the agent's host)."""
 
 
 class ConfirmationNotFound(ConfirmationError):
-    code = "not_found"
+    code = NOT_FOUND
 
 
 class AlreadyDecided(ConfirmationError):
@@ -31,6 +25,12 @@ class AlreadyVoted(ConfirmationError):
     """This reviewer approved it already; another reviewer's approval is needed."""
 
     code = decision.ALREADY_VOTED
+
+
+class AlreadyApproved(ConfirmationError):
+    """A reviewer approved it (or voted to): the host can no longer withdraw it."""
+
+    code = decision.ALREADY_APPROVED
 
 
 class ReasonRequired(ConfirmationError):
@@ -68,5 +68,11 @@ class NotReconcilable(ConfirmationError):
 # The decision core's refusals, as the errors the doors answer with.
 REFUSALS: dict[str, type[ConfirmationError]] = {
     error.code: error
-    for error in (AlreadyDecided, AlreadyVoted, PossibleDuplicate, SecondLookRequired)
+    for error in (
+        AlreadyApproved,
+        AlreadyDecided,
+        AlreadyVoted,
+        PossibleDuplicate,
+        SecondLookRequired,
+    )
 }

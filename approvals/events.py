@@ -17,6 +17,8 @@ from dispatch.pipeline.audit_chain import event_chain, link_hash
 
 WORKER = "worker"
 EXPIRY = "expiry"
+# Who withdrew a held call: the agent's host.
+HOST = "the agent's host"
 
 
 def confirmation_locked(confirmation_id: str) -> Confirmation:
@@ -79,4 +81,6 @@ _LINK_TRIES = 20
 
 
 def _label(kind: str) -> str:
+    if kind == EventKind.WITHDRAWN:
+        return HOST
     return EXPIRY if kind == EventKind.EXPIRED else WORKER

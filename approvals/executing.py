@@ -99,7 +99,8 @@ def confirmation_move(
         )
     else:
         held_money_released(confirmation=confirmation, now=at)
-        # Invalidated (it no longer passes) or expired: an identical call is judged anew.
+        # Invalidated (it no longer passes), expired or withdrawn: an identical call is judged
+        # anew.
         held_key_settle(confirmation=confirmation, status=KeyStatus.OPEN, result=None, live=False)
     return confirmation
 

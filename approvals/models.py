@@ -79,6 +79,8 @@ class EventKind(models.TextChoices):
     FAILED = "failed"
     UNKNOWN = "unknown"
     RECONCILED = "reconciled"
+    # The agent's host withdrew the held call (before any approval).
+    WITHDRAWN = "withdrawn"
 
 
 class ConfirmationEvent(models.Model):

@@ -11,7 +11,8 @@ second confirmation for a call that was approved.
 
 This module is their one door for the rest of the project; they live by concern in
 
-- approvals.deciding: approve and reject, enforcing dispatch.pipeline.decision's Decision;
+- approvals.deciding: approve and reject, enforcing dispatch.pipeline.decision's Decision, and
+  the host's withdrawal;
 - approvals.executing: every move's after-steps (confirmation_move), the execution with its
   lease, its settling, the reconciliation, the expiry and the resending sweeps;
 - approvals.events: the locked row and the chained event log; approvals.errors: the refusals'
@@ -24,8 +25,10 @@ from approvals.deciding import (
     MAX_REASON_CHARS,
     confirmation_approve,
     confirmation_reject,
+    confirmation_withdraw,
 )
 from approvals.errors import (
+    AlreadyApproved,
     AlreadyDecided,
     AlreadyVoted,
     ConfirmationError,
@@ -36,7 +39,7 @@ from approvals.errors import (
     RecheckUnavailable,
     SecondLookRequired,
 )
-from approvals.events import EXPIRY, WORKER
+from approvals.events import EXPIRY, HOST, WORKER
 from approvals.executing import (
     RESEND_BATCH,
     confirmation_execute,
@@ -49,9 +52,11 @@ from approvals.executing import (
 
 __all__ = [
     "EXPIRY",
+    "HOST",
     "MAX_REASON_CHARS",
     "RESEND_BATCH",
     "WORKER",
+    "AlreadyApproved",
     "AlreadyDecided",
     "AlreadyVoted",
     "ConfirmationError",
@@ -66,6 +71,7 @@ __all__ = [
     "confirmation_expire",
     "confirmation_reconcile",
     "confirmation_reject",
+    "confirmation_withdraw",
     "confirmations_expire_due",
     "execution_send",
     "executions_resend_due",

@@ -40,6 +40,7 @@ from dispatch.errors import (
     PayloadTooLarge,
     SessionBoundElsewhere,
     UnsupportedBody,
+    WithdrawalRefused,
 )
 from dispatch.formats import FORMATS, tools_in_format
 from dispatch.models import Agent, AuditRecord
@@ -48,6 +49,7 @@ from dispatch.pipeline.results import CallResult
 from dispatch.pipeline.state import SessionConflict
 from dispatch.registry import tool_registry
 from dispatch.services import call_dispatch
+from dispatch.withdrawal import NOT_FOUND, DecisionRefused, held_call_withdraw
 
 ERRORS = {
     401: OpenApiResponse(ErrorEnvelope, description="missing or invalid token"),
@@ -469,6 +471,9 @@ class SessionCallsApi(AgentApi):
         )
 
 
+_NO_CONFIRMATION = "This agent has no confirmation with that id."
+
+
 class ConfirmationDetailApi(AgentApi):
     @extend_schema(
         operation_id="confirmations_retrieve",
@@ -484,5 +489,41 @@ class ConfirmationDetailApi(AgentApi):
             )
         )
         if confirmation is None:
-            raise NotFound("This agent has no confirmation with that id.")
+            raise NotFound(_NO_CONFIRMATION)
         return Response(selectors.confirmation_state(confirmation))
+
+
+class ConfirmationWithdrawApi(AgentApi):
+    @extend_schema(
+        operation_id="confirmations_withdraw",
+        summary="Withdraw a held call of this agent before a reviewer approves it",
+        description=(
+            "The agent's host takes back a held call (the user changed their mind, the "
+            "conversation ended): it becomes `withdrawn`, nothing executes, its money no longer "
+            "counts toward the customer's sum, and an identical call is judged anew. Refused "
+            "once a reviewer approved it, or voted to (409 `already_approved`), and once it was "
+            "rejected, expired, invalidated or withdrawn (409 `already_decided`); nothing moves "
+            "then. A withdrawal and an approval at the same moment: exactly one of them happens."
+        ),
+        request=None,
+        responses={
+            200: ConfirmationDoc,
+            **QUERY_REFUSED,
+            404: ErrorEnvelope,
+            409: OpenApiResponse(
+                ErrorEnvelope, description="`already_approved` or `already_decided`"
+            ),
+            **ERRORS,
+        },
+    )
+    def post(self, request: Request, confirmation_id: str) -> Response:
+        agent = self.agent(request)
+        if doors.unstorable(confirmation_id):
+            raise NotFound(_NO_CONFIRMATION)
+        try:
+            withdrawn = held_call_withdraw(confirmation_id=confirmation_id, agent=agent)
+        except DecisionRefused as refused:
+            if refused.code == NOT_FOUND:
+                raise NotFound(_NO_CONFIRMATION) from None
+            raise WithdrawalRefused(refused.message, refused.code) from None
+        return Response(selectors.confirmation_state(withdrawn))

@@ -88,6 +88,14 @@ class SessionBoundElsewhere(APIException):
     default_detail = "This session is already bound to another customer."
 
 
+class WithdrawalRefused(APIException):
+    """The held call can no longer be withdrawn: a reviewer approved it (`already_approved`), or
+    it was decided otherwise or expired (`already_decided`)."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "already_decided"
+
+
 class IdempotencyKeyReused(APIException):
     status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
     default_code = "idempotency_key_reused"

@@ -251,6 +251,8 @@ class ConfirmationStatus(models.TextChoices):
     EXPIRED = "expired"
     # The re-check at approval found that the call no longer passes; nothing executed.
     INVALIDATED = "invalidated"
+    # The agent's host withdrew it before any reviewer approved it; nothing executed.
+    WITHDRAWN = "withdrawn"
 
 
 # The one declaration of a confirmation's lifecycle: the statuses each may move to. A row may also
@@ -264,6 +266,7 @@ CONFIRMATION_LIFECYCLE: dict[str, frozenset[str]] = {
             ConfirmationStatus.REJECTED,
             ConfirmationStatus.EXPIRED,
             ConfirmationStatus.INVALIDATED,
+            ConfirmationStatus.WITHDRAWN,
         }
     ),
     ConfirmationStatus.APPROVED: frozenset({ConfirmationStatus.EXECUTING}),
@@ -277,6 +280,7 @@ CONFIRMATION_LIFECYCLE: dict[str, frozenset[str]] = {
     ConfirmationStatus.REJECTED: frozenset(),
     ConfirmationStatus.EXPIRED: frozenset(),
     ConfirmationStatus.INVALIDATED: frozenset(),
+    ConfirmationStatus.WITHDRAWN: frozenset(),
 }
 
 # Settled: nothing follows.
@@ -516,3 +520,23 @@ class AuditSeal(models.Model):
 
     def __str__(self) -> str:
         return f"seal {self.number} ({len(self.heads)} chains)"
+
+
+class AnsweredTask(models.Model):
+    """A task-augmented tools/call over MCP that was answered at once (executed, or refused):
+    its answer, for `tasks/get` and `tasks/result`, until its ttl ends; the retention deletes it
+    then (dispatch/retention.py). A held call's task is its confirmation and needs no row."""
+
+    id = models.CharField(max_length=48, primary_key=True)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    customer_id = models.CharField(max_length=64)
+    tool = models.CharField(max_length=64)
+    # The tools/call's answer as the client would have had it without a task (CallToolResult).
+    result = models.JSONField()
+    ok = models.BooleanField()
+    created_at = models.DateTimeField()
+    # Created, plus its ttl: the client's, capped at TOOLGATE_IDEMPOTENCY_KEEP_SECONDS.
+    expires_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.tool} {self.id} ({'completed' if self.ok else 'failed'})"

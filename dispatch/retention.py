@@ -11,6 +11,8 @@ Audit records are never pruned; a call's effect is in its tool's system of recor
   is kept, with whatever keys it still has, in one transaction: a session id bound again to
   another customer never finds the first customer's answers.
 
+- an MCP task answered at once (dispatch.models.AnsweredTask) once its ttl has ended.
+
 Both tables are walked by primary key in slices of TOOLGATE_RETENTION_BATCH rows, one short
 transaction each. A call that arrives for a session while its slice is deleted either comes
 first, and its step makes the session young again (PostgreSQL checks the deletion's conditions
@@ -31,7 +33,7 @@ from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
-from dispatch.models import CONFIRMATION_FINAL, CONFIRMATION_LIFECYCLE
+from dispatch.models import CONFIRMATION_FINAL, CONFIRMATION_LIFECYCLE, AnsweredTask
 from dispatch.pipeline.state import KeyStatus
 
 # A confirmation in any of these still decides whether its key's effect happens.
@@ -108,6 +110,8 @@ class Pruned:
     sessions: int = 0
     # The keys deleted with their sessions (already counted in keys).
     session_keys: int = 0
+    # MCP tasks answered at once, past their ttl.
+    tasks: int = 0
     dry_run: bool = False
 
 
@@ -130,7 +134,8 @@ def records_prune(
     progress(table, slices done, rows deleted so far) is called after each slice of `batch`
     rows (TOOLGATE_RETENTION_BATCH by default). dry_run counts what would go and deletes
     nothing."""
-    cutoffs = prune_cutoffs(now or timezone.now())
+    now = now or timezone.now()
+    cutoffs = prune_cutoffs(now)
     batch = batch or settings.TOOLGATE_RETENTION_BATCH
     pruned = Pruned(dry_run=dry_run)
     for number, (after, upto) in enumerate(_slices(_KEY_SLICE, "", batch), start=1):
@@ -154,6 +159,16 @@ def records_prune(
                 pruned.session_keys += deleted
                 pruned.keys += deleted
         progress("sessions", number, pruned.sessions)
+
+    due = AnsweredTask.objects.filter(expires_at__lt=now)
+    if dry_run:
+        pruned.tasks = due.count()
+        return pruned
+    number = 0
+    while ids := list(due.order_by("pk").values_list("pk", flat=True)[:batch]):
+        number += 1
+        pruned.tasks += AnsweredTask.objects.filter(pk__in=ids).delete()[0]
+        progress("answered tasks", number, pruned.tasks)
     return pruned
 
 

@@ -18,6 +18,11 @@ urlpatterns = [
         apis.ConfirmationDetailApi.as_view(),
         name="confirmation",
     ),
+    path(
+        "confirmations/<str:confirmation_id>/withdraw",
+        apis.ConfirmationWithdrawApi.as_view(),
+        name="confirmation-withdraw",
+    ),
     # Last: any other path under the prefix is a 404 in the envelope, in DEBUG too.
     re_path(r"", apis.NotFoundApi.as_view(), name="not-found"),
 ]

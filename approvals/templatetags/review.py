@@ -26,6 +26,7 @@ STATUSES = {
     "rejected": ("✕", "Rejected", "bad"),
     "expired": ("◌", "Expired", "neutral"),
     "invalidated": ("⊘", "Invalidated", "neutral"),
+    "withdrawn": ("↩", "Withdrawn", "neutral"),
 }
 
 
@@ -80,6 +81,7 @@ EVENT_VERBS = {
     "failed": "failed: nothing moved",
     "unknown": "could not learn the outcome",
     "reconciled": "reconciled it with the system of record",
+    "withdrawn": "withdrew it: nothing executed",
 }
 
 

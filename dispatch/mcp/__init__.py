@@ -11,6 +11,8 @@ customer) comes from the host, and every tools/call runs the same pipeline as
 - `tools`: the registry's tools as MCP tools (schemas, annotations, instructions), and the server
   that lists and calls them;
 - `results`: a CallResult, or a refusal, as MCP content, structured content and isError;
+- `tasks`: a held call as a task (protocol 2025-11-25): the task-augmented tools/call, and
+  tasks/get, tasks/result and tasks/cancel (which withdraws it);
 - `messages`: each message read as strict JSON before the SDK reads it, on both transports.
 """
 

@@ -30,6 +30,7 @@ from dispatch.mcp.sessions import (
     refusal_record,
     refused,
 )
+from dispatch.mcp.tasks import task_capability, tasks_install
 from dispatch.models import Agent, CallChannel
 from dispatch.pipeline.state import SessionConflict, StoreUnavailable
 from dispatch.pipeline.tools import ToolSpec, held_plurals
@@ -63,6 +64,8 @@ def tools_listed(agent: Agent) -> list[types.Tool]:
             input_schema=spec.json_schema(),
             output_schema=result_schema(),
             annotations=tool_annotations(spec),
+            # A held call may be followed as a task (dispatch.mcp.tasks), by a client that asks.
+            execution=types.ToolExecution(task_support="optional"),
         )
         for spec in selectors.tools_for_agent(agent)
     ]
@@ -153,10 +156,20 @@ def mcp_server(host_of: HostOf, arguments_of: ArgumentsOf) -> Server[Any]:
             lambda: tool_call(named_by_call(host_of(ctx), meta), params.name, arguments)
         )
 
-    return Server(
+    server = _TasksServer(
         SERVER_NAME,
         version=_version(),
         instructions=server_instructions(),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    tasks_install(server, host_of, in_django)
+    return server
+
+
+class _TasksServer(Server[Any]):
+    """The SDK's server, declaring tasks (protocol 2025-11-25), which dispatch.mcp.tasks serves."""
+
+    def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
+        capabilities = super().get_capabilities(*args, **kwargs)
+        return capabilities.model_copy(update={"tasks": task_capability()})

@@ -42,6 +42,8 @@ ALREADY_DECIDED = "already_decided"
 ALREADY_VOTED = "already_voted"
 POSSIBLE_DUPLICATE = "possible_duplicate"
 SECOND_LOOK_REQUIRED = "confirmation_required"
+# Why a withdrawal is refused: a reviewer approved it (or voted to), so it is theirs now.
+ALREADY_APPROVED = "already_approved"
 
 # Why an approval that suffices does not execute when the agent has no active policy any more.
 NO_ACTIVE_POLICY = Refusal(codes.TOOL_NOT_ALLOWED, "the agent has no active policy any more")
@@ -341,16 +343,45 @@ def approvals_standing(
     )
 
 
-def closed_reason(held: HeldCall, now: datetime) -> str | None:
-    """Why the held call can no longer be decided (approved or rejected); None while it waits."""
+def closed_reason(held: HeldCall, now: datetime, action: str = "approved") -> str | None:
+    """Why the held call can no longer be decided (approved or rejected, or withdrawn: the
+    `action` its words name); None while it waits."""
     if held.status == PENDING and held.expires_at <= now:
         return (
             f"It expired at {held.expires_at.isoformat(timespec='seconds')}; it can no longer "
-            "be approved."
+            f"be {action}."
         )
     if held.status != PENDING:
         decided = f" (decided at {held.decided_at:%H:%M:%S})." if held.decided_at else "."
         return f"It is already {held.status}{decided}"
+    return None
+
+
+# Where an approved held call may be: its execution's statuses.
+_APPROVED_SINCE = frozenset({"approved", "executing", "executed", "failed", "unknown"})
+
+
+def withdrawal_refusal(held: HeldCall, votes: int, now: datetime) -> tuple[str, str] | None:
+    """Why the agent's host may not withdraw the held call (a stable code and words), or None.
+
+    Withdrawing takes what no reviewer has acted on yet: once a reviewer approved it, or voted
+    to, the decision is theirs, and the host learns its outcome instead."""
+    approved = held.status in _APPROVED_SINCE or (
+        held.status == PENDING and votes > 0 and held.expires_at > now
+    )
+    if approved:
+        done = (
+            "voted to approve it"
+            if held.status == PENDING
+            else f"approved it (it is {held.status})"
+        )
+        return (
+            ALREADY_APPROVED,
+            f"A reviewer {done}; it can no longer be withdrawn. Its outcome follows.",
+        )
+    closed = closed_reason(held, now, action="withdrawn")
+    if closed is not None:
+        return ALREADY_DECIDED, closed
     return None
 
 

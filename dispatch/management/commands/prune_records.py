@@ -41,6 +41,10 @@ class Command(BaseCommand):
         )
         pruned = records_prune(batch=options["batch"], dry_run=dry_run, progress=progress)
         self.stdout.write(
+            f"{'Would delete' if dry_run else 'Deleted'} {pruned.tasks:,} answered MCP task(s) "
+            "past their ttl."
+        )
+        self.stdout.write(
             f"{'Would delete' if dry_run else 'Deleted'} {pruned.keys:,} idempotency record(s) "
             f"and {pruned.sessions:,} session(s)"
             + ("" if dry_run else f" ({pruned.session_keys:,} of the records with their sessions)")

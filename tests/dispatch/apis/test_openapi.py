@@ -24,6 +24,7 @@ OPERATIONS = {
     ("/api/v1/confirmations/{confirmation_id}", "get"),
     ("/api/v1/confirmations/{confirmation_id}/approve", "post"),
     ("/api/v1/confirmations/{confirmation_id}/reject", "post"),
+    ("/api/v1/confirmations/{confirmation_id}/withdraw", "post"),
     ("/api/v1/metrics", "get"),
     ("/api/v1/metrics/what-if", "get"),
 }
