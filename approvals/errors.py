@@ -52,6 +52,13 @@ class SecondLookRequired(ConfirmationError):
     code = decision.SECOND_LOOK_REQUIRED
 
 
+class NeedsCard(ConfirmationError):
+    """The approval would only count as one vote of several: a channel that decides with one
+    click (a Slack button) records nothing and sends the reviewer to the card."""
+
+    code = "needs_card"
+
+
 class NotReconcilable(ConfirmationError):
     """Only an execution whose outcome is unknown is reconciled."""
 

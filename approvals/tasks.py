@@ -16,6 +16,7 @@ from approvals.services import (
     confirmations_expire_due,
     executions_resend_due,
 )
+from approvals.notifications import notifications_resend_due
 from approvals.webhooks import webhooks_resend_due
 
 
@@ -41,3 +42,4 @@ def outbox_resend_at_start(**_: Any) -> None:
     # A worker that starts (after the broker or the workers were down) sends what waits.
     executions_resend_due()
     webhooks_resend_due()
+    notifications_resend_due()

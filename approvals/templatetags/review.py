@@ -80,6 +80,8 @@ EVENT_VERBS = {
     "failed": "failed: nothing moved",
     "unknown": "could not learn the outcome",
     "reconciled": "reconciled it with the system of record",
+    "escalated": "escalated it: nobody had decided",
+    "reminded": "told the reviewers again before it expires",
 }
 
 
