@@ -148,11 +148,18 @@ def _team_checked(origin: Origin, team_id: str) -> None:
         )
 
 
-@transaction.atomic
 def slack_link_prove(*, origin: Origin, team_id: str, slack_user_id: str, code: str) -> User:
     """Link the Slack user who sent the code to the reviewer it was shown to; the reviewer.
-    Raises SlackRefused."""
+    Raises SlackRefused, recorded once the link's transaction is over."""
     _team_checked(origin, team_id)
+    try:
+        return _link_prove(team_id, slack_user_id, code)
+    except SlackRefused as exc:
+        raise _refuse(origin, exc.status, exc.reason, exc.message) from None
+
+
+@transaction.atomic
+def _link_prove(team_id: str, slack_user_id: str, code: str) -> User:
     now = timezone.now()
     link = (
         SlackLink.objects.select_for_update()
@@ -162,8 +169,7 @@ def slack_link_prove(*, origin: Origin, team_id: str, slack_user_id: str, code: 
         .first()
     )
     if link is None:
-        raise _refuse(
-            origin,
+        raise SlackRefused(
             403,
             "slack_link_code_invalid",
             "That code is unknown or expired: make a new one on Toolgate's Slack page.",
@@ -174,15 +180,16 @@ def slack_link_prove(*, origin: Origin, team_id: str, slack_user_id: str, code: 
         .exists()
     )
     if taken:
-        raise _refuse(
-            origin,
+        raise SlackRefused(
             409,
             "slack_user_linked_elsewhere",
             "This Slack user is linked to another reviewer already.",
         )
     link.team_id, link.slack_user_id, link.linked_at = team_id, slack_user_id, now
     link.code_hash, link.code_expires_at = "", None
-    link.save(update_fields=["team_id", "slack_user_id", "linked_at", "code_hash", "code_expires_at"])
+    link.save(
+        update_fields=["team_id", "slack_user_id", "linked_at", "code_hash", "code_expires_at"]
+    )
     return link.user
 
 
