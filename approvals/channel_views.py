@@ -40,7 +40,9 @@ from dispatch.security import Origin, security_event_record
 MAIL_CHANNEL = "mail"
 
 
-def _mail_refused(request: HttpRequest, status: int, reason: str, words: str, *, record: bool) -> HttpResponse:
+def _mail_refused(
+    request: HttpRequest, status: int, reason: str, words: str, *, record: bool
+) -> HttpResponse:
     if record:
         origin = Origin(MAIL_CHANNEL, "GET", request.path[:200], client_address(request) or None)
         security_event_record(origin=origin, agent=None, status=status, reason=reason, detail=words)
@@ -60,7 +62,10 @@ def mail_link(request: HttpRequest, token: str) -> HttpResponse:
         )
     except signing.SignatureExpired:
         return _mail_refused(
-            request, 410, "mail_link_expired", "This link has expired: open the queue instead.",
+            request,
+            410,
+            "mail_link_expired",
+            "This link has expired: open the queue instead.",
             record=False,
         )
     except signing.BadSignature:

@@ -289,3 +289,6 @@ class SlackRequest(models.Model):
 
     signature = models.CharField(max_length=80, unique=True)
     at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"Slack request at {self.at:%Y-%m-%d %H:%M:%S}"

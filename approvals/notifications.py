@@ -48,7 +48,8 @@ from approvals.notifying import (
     slack_outcome_update,
     slack_post,
 )
-from approvals.selectors import ReviewItem, confirmation_item
+from approvals.selectors import ReviewItem, review_items
+from approvals.slack import slack_requests_prune
 from dispatch.models import Confirmation, ConfirmationStatus
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ SWEEP_BATCH = 500
 def channels_configured() -> list[str]:
     """The channels that are set up in settings: e-mail when it is switched on, Slack when it has
     a bot token and a channel (globally, or per agent's rule)."""
-    channels = []
+    channels: list[str] = []
     if settings.TOOLGATE_NOTIFY_EMAIL:
         channels.append(NotificationChannel.EMAIL)
     if settings.SLACK_BOT_TOKEN:
@@ -175,7 +176,9 @@ def escalation_people(rule: NotificationRule | None) -> list[User]:
     return list(User.objects.filter(found, is_active=True).distinct().order_by("username"))
 
 
-def _recipients(notification: Notification, item: ReviewItem, rule: NotificationRule | None) -> list[User]:
+def _recipients(
+    notification: Notification, item: ReviewItem, rule: NotificationRule | None
+) -> list[User]:
     if notification.stage == NotificationStage.HELD:
         return deciders(item)
     people = {user.pk: user for user in escalation_people(rule)}
@@ -196,7 +199,9 @@ def _slack_channel(rule: NotificationRule | None) -> str:
 def notification_send(*, notification_id: int, last_attempt: bool = False) -> Notification | None:
     """Make one attempt at a pending notification and record it; the row as it stands after."""
     notification = (
-        Notification.objects.select_related("confirmation__agent").filter(pk=notification_id).first()
+        Notification.objects.select_related("confirmation__agent")
+        .filter(pk=notification_id)
+        .first()
     )
     if notification is None or notification.status != NotificationStatus.PENDING:
         return notification
@@ -208,8 +213,7 @@ def notification_send(*, notification_id: int, last_attempt: bool = False) -> No
         changes["last_error"] = f"Not sent: it is {confirmation.status} by now."
         return _record(notification, changes)
     rule = _rule(confirmation)
-    item = confirmation_item(confirmation_id=confirmation.pk, reader=None)
-    assert item is not None
+    item = _item(confirmation)
     message = held_call_message(item, stage=notification.stage)
     done = list(notification.recipients_done)
     try:
@@ -232,7 +236,9 @@ def notification_send(*, notification_id: int, last_attempt: bool = False) -> No
             changes.update(slack_channel=channel, slack_ts=ts)
     except ChannelFailed as exc:
         error = str(exc)
-        changes.update(attempts=F("attempts") + 1, recipients_done=done, last_error=error[:_ERROR_LENGTH])
+        changes.update(
+            attempts=F("attempts") + 1, recipients_done=done, last_error=error[:_ERROR_LENGTH]
+        )
         if last_attempt or notification.attempts + 1 >= settings.TOOLGATE_NOTIFY_MAX_ATTEMPTS:
             changes.update(status=NotificationStatus.FAILED, next_attempt_at=None)
         else:
@@ -273,15 +279,23 @@ def _record(notification: Notification, changes: dict[str, Any]) -> Notification
     return notification
 
 
-def _message_of(confirmation: Confirmation) -> HeldCallMessage | None:
-    item = confirmation_item(confirmation_id=confirmation.pk, reader=None)
-    return None if item is None else held_call_message(item, stage=NotificationStage.HELD)
+def _item(confirmation: Confirmation) -> ReviewItem:
+    """What the card shows of the call, for no reader in particular."""
+    return review_items([confirmation], reader=None, with_events=True)[0]
+
+
+def _message_of(confirmation: Confirmation) -> HeldCallMessage:
+    return held_call_message(_item(confirmation), stage=NotificationStage.HELD)
 
 
 def slack_messages_update(*, confirmation_id: str) -> int:
     """Every Slack message of the call says how it was decided (chat.update), so that others in
     the channel see it is no longer waiting; how many were updated."""
-    confirmation = Confirmation.objects.filter(pk=confirmation_id).first()
+    confirmation = (
+        Confirmation.objects.filter(pk=confirmation_id)
+        .select_related("agent__current_policy")
+        .first()
+    )
     if confirmation is None:
         return 0
     posted = Notification.objects.filter(
@@ -290,7 +304,6 @@ def slack_messages_update(*, confirmation_id: str) -> int:
     message = _message_of(confirmation)
     updated = 0
     for notification in posted:
-        assert message is not None
         try:
             slack_outcome_update(
                 message, channel=notification.slack_channel, ts=notification.slack_ts
@@ -391,11 +404,24 @@ def escalations_due(*, now: datetime | None = None) -> int:
 
 @transaction.atomic
 def _escalate(
-    confirmation: Confirmation, stage: str, rule: NotificationRule | None, now: datetime, minutes: int
+    confirmation: Confirmation,
+    stage: str,
+    rule: NotificationRule | None,
+    now: datetime,
+    minutes: int,
 ) -> int:
-    # The unique stage decides between two sweeps at once: the one whose rows go in writes the event.
+    # Nothing to tell without a channel, and nothing once it is decided (its row locked, so a
+    # decision waits for the event). The unique stage decides between two sweeps at once: the
+    # one whose rows go in writes the event.
     channels = channels_configured()
-    created = 0
+    if not channels:
+        return 0
+    still_pending = Confirmation.objects.select_for_update().filter(
+        pk=confirmation.pk, status=ConfirmationStatus.PENDING
+    )
+    if not still_pending.exists():
+        return 0
+    created = []
     for channel in channels:
         row, made = Notification.objects.get_or_create(
             confirmation=confirmation,
@@ -404,15 +430,10 @@ def _escalate(
             defaults={"created_at": now, "next_attempt_at": now},
         )
         if made:
-            created += 1
-            _send_after_commit([row.pk])
-    if not created and channels:
+            created.append(row.pk)
+    if not created:
         return 0
-    if channels and not Confirmation.objects.filter(
-        pk=confirmation.pk, status=ConfirmationStatus.PENDING
-    ).exists():
-        transaction.set_rollback(True)
-        return 0
+    _send_after_commit(created)
     names = ", ".join(user.username for user in escalation_people(rule))
     if stage == NotificationStage.ESCALATED:
         kind = EventKind.ESCALATED
@@ -426,6 +447,7 @@ def _escalate(
 
 @shared_task(ignore_result=True)
 def notifications_sweep_task() -> int:
+    slack_requests_prune()
     return notifications_resend_due() + escalations_due()
 
 
@@ -457,5 +479,7 @@ def failing_channels() -> list[dict[str, Any]]:
         ).order_by("-last_attempt_at")
         last = failed.first()
         if last is not None:
-            found.append({"channel": channel.label, "failed": failed.count(), "error": last.last_error})
+            found.append(
+                {"channel": channel.label, "failed": failed.count(), "error": last.last_error}
+            )
     return found

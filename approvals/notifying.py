@@ -107,7 +107,7 @@ def _outcome(item: ReviewItem) -> str:
     return f"{decider.kind.capitalize()}{by} at {decider.at:%Y-%m-%d %H:%M} UTC."
 
 
-_HEADINGS = {
+_HEADINGS: dict[str, str] = {
     NotificationStage.HELD: "Held for your decision",
     NotificationStage.ESCALATED: "Escalated: still undecided",
     NotificationStage.EXPIRING: "Expiring soon: still undecided",
@@ -148,7 +148,9 @@ def email_send(message: HeldCallMessage, *, user: User) -> None:
         body=render_to_string("approvals/notification_email.txt", context),
         to=[user.email],
     )
-    email.attach_alternative(render_to_string("approvals/notification_email.html", context), "text/html")
+    email.attach_alternative(
+        render_to_string("approvals/notification_email.html", context), "text/html"
+    )
     try:
         email.send()
     except (smtplib.SMTPException, OSError) as exc:
@@ -196,7 +198,10 @@ def slack_blocks(message: HeldCallMessage) -> list[dict[str, Any]]:
     ]
     if message.outcome:
         blocks.append(
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": slack_escaped(message.outcome)}]}
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": slack_escaped(message.outcome)}],
+            }
         )
         blocks.append(_open_button_block(message))
         return blocks
@@ -259,7 +264,11 @@ def slack_post(message: HeldCallMessage, *, channel: str) -> str:
 def slack_outcome_update(message: HeldCallMessage, *, channel: str, ts: str) -> None:
     """chat.update: the message says how it was decided, without its Approve button."""
     _slack_call(
-        "chat_update", channel=channel, ts=ts, text=slack_text(message), blocks=slack_blocks(message)
+        "chat_update",
+        channel=channel,
+        ts=ts,
+        text=slack_text(message),
+        blocks=slack_blocks(message),
     )
 
 

@@ -91,7 +91,9 @@ def slack_request_verify(request: HttpRequest) -> None:
     try:
         age = abs(timezone.now().timestamp() - int(timestamp))
     except ValueError:
-        raise _refuse(origin, 401, "slack_unsigned", "The Slack timestamp is not a number.") from None
+        raise _refuse(
+            origin, 401, "slack_unsigned", "The Slack timestamp is not a number."
+        ) from None
     if age > MAX_AGE_SECONDS:
         raise _refuse(
             origin,

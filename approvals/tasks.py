@@ -11,12 +11,12 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_ready
 
+from approvals.notifications import notifications_resend_due
 from approvals.services import (
     confirmation_execute,
     confirmations_expire_due,
     executions_resend_due,
 )
-from approvals.notifications import notifications_resend_due
 from approvals.webhooks import webhooks_resend_due
 
 

@@ -6,77 +6,217 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('approvals', '0007_event_chains'),
-        ('dispatch', '0023_idempotency_records_by_session'),
+        ("approvals", "0007_event_chains"),
+        ("dispatch", "0023_idempotency_records_by_session"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='SlackRequest',
+            name="SlackRequest",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('signature', models.CharField(max_length=80, unique=True)),
-                ('at', models.DateTimeField(db_index=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("signature", models.CharField(max_length=80, unique=True)),
+                ("at", models.DateTimeField(db_index=True)),
             ],
         ),
         migrations.AlterField(
-            model_name='confirmationevent',
-            name='kind',
-            field=models.CharField(choices=[('voted', 'Voted'), ('separate', 'Separate'), ('approved', 'Approved'), ('rejected', 'Rejected'), ('expired', 'Expired'), ('invalidated', 'Invalidated'), ('executing', 'Executing'), ('executed', 'Executed'), ('failed', 'Failed'), ('unknown', 'Unknown'), ('reconciled', 'Reconciled'), ('escalated', 'Escalated'), ('reminded', 'Reminded')], max_length=16),
+            model_name="confirmationevent",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("voted", "Voted"),
+                    ("separate", "Separate"),
+                    ("approved", "Approved"),
+                    ("rejected", "Rejected"),
+                    ("expired", "Expired"),
+                    ("invalidated", "Invalidated"),
+                    ("executing", "Executing"),
+                    ("executed", "Executed"),
+                    ("failed", "Failed"),
+                    ("unknown", "Unknown"),
+                    ("reconciled", "Reconciled"),
+                    ("escalated", "Escalated"),
+                    ("reminded", "Reminded"),
+                ],
+                max_length=16,
+            ),
         ),
         migrations.CreateModel(
-            name='NotificationRule',
+            name="NotificationRule",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('email', models.BooleanField(default=True, help_text='e-mail the reviewers who may decide')),
-                ('slack_channel', models.CharField(blank=True, default='', help_text='Slack channel id (C0123...); empty: TOOLGATE_SLACK_CHANNEL, none if unset', max_length=32)),
-                ('escalate_after_minutes', models.PositiveIntegerField(blank=True, help_text='undecided this long after the hold: escalate', null=True)),
-                ('escalate_group', models.CharField(blank=True, default='', help_text='the group told when it escalates', max_length=150)),
-                ('remind_before_expiry_minutes', models.PositiveIntegerField(blank=True, help_text='undecided this long before expiry: tell them again', null=True)),
-                ('agent', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='notification_rule', to='dispatch.agent')),
-                ('escalate_users', models.ManyToManyField(blank=True, help_text='people told as well', related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "email",
+                    models.BooleanField(
+                        default=True, help_text="e-mail the reviewers who may decide"
+                    ),
+                ),
+                (
+                    "slack_channel",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="Slack channel id (C0123...); empty: TOOLGATE_SLACK_CHANNEL, none if unset",
+                        max_length=32,
+                    ),
+                ),
+                (
+                    "escalate_after_minutes",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        help_text="undecided this long after the hold: escalate",
+                        null=True,
+                    ),
+                ),
+                (
+                    "escalate_group",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="the group told when it escalates",
+                        max_length=150,
+                    ),
+                ),
+                (
+                    "remind_before_expiry_minutes",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        help_text="undecided this long before expiry: tell them again",
+                        null=True,
+                    ),
+                ),
+                (
+                    "agent",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="notification_rule",
+                        to="dispatch.agent",
+                    ),
+                ),
+                (
+                    "escalate_users",
+                    models.ManyToManyField(
+                        blank=True,
+                        help_text="people told as well",
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Notification',
+            name="Notification",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('stage', models.CharField(choices=[('held', 'Held'), ('escalated', 'Escalated'), ('expiring', 'Expiring')], max_length=16)),
-                ('channel', models.CharField(choices=[('email', 'Email'), ('slack', 'Slack')], max_length=8)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('sent', 'Sent'), ('failed', 'Failed'), ('skipped', 'Skipped')], default='pending', max_length=16)),
-                ('attempts', models.PositiveSmallIntegerField(default=0)),
-                ('created_at', models.DateTimeField()),
-                ('next_attempt_at', models.DateTimeField(blank=True, null=True)),
-                ('last_attempt_at', models.DateTimeField(blank=True, null=True)),
-                ('last_error', models.CharField(blank=True, default='', max_length=500)),
-                ('sent_at', models.DateTimeField(blank=True, null=True)),
-                ('recipients_done', models.JSONField(blank=True, default=list)),
-                ('slack_channel', models.CharField(blank=True, default='', max_length=32)),
-                ('slack_ts', models.CharField(blank=True, default='', max_length=32)),
-                ('confirmation', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='notifications', to='dispatch.confirmation')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "stage",
+                    models.CharField(
+                        choices=[
+                            ("held", "Held"),
+                            ("escalated", "Escalated"),
+                            ("expiring", "Expiring"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "channel",
+                    models.CharField(
+                        choices=[("email", "Email"), ("slack", "Slack")], max_length=8
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("sent", "Sent"),
+                            ("failed", "Failed"),
+                            ("skipped", "Skipped"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("attempts", models.PositiveSmallIntegerField(default=0)),
+                ("created_at", models.DateTimeField()),
+                ("next_attempt_at", models.DateTimeField(blank=True, null=True)),
+                ("last_attempt_at", models.DateTimeField(blank=True, null=True)),
+                ("last_error", models.CharField(blank=True, default="", max_length=500)),
+                ("sent_at", models.DateTimeField(blank=True, null=True)),
+                ("recipients_done", models.JSONField(blank=True, default=list)),
+                ("slack_channel", models.CharField(blank=True, default="", max_length=32)),
+                ("slack_ts", models.CharField(blank=True, default="", max_length=32)),
+                (
+                    "confirmation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="notifications",
+                        to="dispatch.confirmation",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'id'],
-                'indexes': [models.Index(fields=['status', 'next_attempt_at'], name='notification_due_idx')],
-                'constraints': [models.UniqueConstraint(fields=('confirmation', 'stage', 'channel'), name='notification_once_per_stage')],
+                "ordering": ["created_at", "id"],
+                "indexes": [
+                    models.Index(fields=["status", "next_attempt_at"], name="notification_due_idx")
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("confirmation", "stage", "channel"),
+                        name="notification_once_per_stage",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='SlackLink',
+            name="SlackLink",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('code_hash', models.CharField(blank=True, default='', max_length=64)),
-                ('code_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('team_id', models.CharField(blank=True, default='', max_length=32)),
-                ('slack_user_id', models.CharField(blank=True, default='', max_length=32)),
-                ('linked_at', models.DateTimeField(blank=True, null=True)),
-                ('user', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='slack_link', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("code_hash", models.CharField(blank=True, default="", max_length=64)),
+                ("code_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("team_id", models.CharField(blank=True, default="", max_length=32)),
+                ("slack_user_id", models.CharField(blank=True, default="", max_length=32)),
+                ("linked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "user",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="slack_link",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(condition=models.Q(('slack_user_id', ''), _negated=True), fields=('team_id', 'slack_user_id'), name='slack_link_one_reviewer_per_slack_user')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("slack_user_id", ""), _negated=True),
+                        fields=("team_id", "slack_user_id"),
+                        name="slack_link_one_reviewer_per_slack_user",
+                    )
+                ],
             },
         ),
     ]

@@ -311,7 +311,9 @@ EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", default=False)
 EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="toolgate@localhost")
 # A signed e-mail link opens its card for its reviewer until the call expires, at most this long.
-TOOLGATE_MAIL_LINK_MAX_AGE_SECONDS = env.int("TOOLGATE_MAIL_LINK_MAX_AGE_SECONDS", default=7 * 86400)
+TOOLGATE_MAIL_LINK_MAX_AGE_SECONDS = env.int(
+    "TOOLGATE_MAIL_LINK_MAX_AGE_SECONDS", default=7 * 86400
+)
 # Slack: the bot's token (chat:write) and the app's signing secret, from the environment only; the
 # workspace whose requests are accepted (team id), and the channel held calls go to by default.
 SLACK_BOT_TOKEN = env("SLACK_BOT_TOKEN", default="")
@@ -328,7 +330,9 @@ TOOLGATE_NOTIFY_RETRY_BASE_SECONDS = env.float("TOOLGATE_NOTIFY_RETRY_BASE_SECON
 TOOLGATE_NOTIFY_RETRY_MAX_SECONDS = env.float("TOOLGATE_NOTIFY_RETRY_MAX_SECONDS", default=600.0)
 # Escalation, where an agent has no NotificationRule of its own: undecided this many minutes
 # after the hold, the group is told; and everyone once more this many minutes before expiry.
-TOOLGATE_NOTIFY_ESCALATE_AFTER_MINUTES = env.int("TOOLGATE_NOTIFY_ESCALATE_AFTER_MINUTES", default=None)
+TOOLGATE_NOTIFY_ESCALATE_AFTER_MINUTES = env.int(
+    "TOOLGATE_NOTIFY_ESCALATE_AFTER_MINUTES", default=None
+)
 TOOLGATE_NOTIFY_ESCALATE_GROUP = env("TOOLGATE_NOTIFY_ESCALATE_GROUP", default="")
 TOOLGATE_NOTIFY_REMIND_BEFORE_EXPIRY_MINUTES = env.int(
     "TOOLGATE_NOTIFY_REMIND_BEFORE_EXPIRY_MINUTES", default=None

@@ -148,7 +148,9 @@ def slack_api() -> Iterator[SlackApi]:
                 arguments = dict(parse_qsl(body.decode()))
             method = self.path.rsplit("/", 1)[-1]
             api.calls.append(
-                SlackCall(method, arguments, self.headers.get("Authorization", ""), time.monotonic())
+                SlackCall(
+                    method, arguments, self.headers.get("Authorization", ""), time.monotonic()
+                )
             )
             if api.fail:
                 api.fail -= 1
@@ -199,7 +201,9 @@ def channels(settings: Settings, smtp_server: SmtpServer, slack_api: SlackApi) -
     settings.TOOLGATE_SITE_URL = "https://toolgate.example.test"
 
 
-def slack_signed(body: str, *, secret: str = SIGNING_SECRET, at: int | None = None) -> dict[str, str]:
+def slack_signed(
+    body: str, *, secret: str = SIGNING_SECRET, at: int | None = None
+) -> dict[str, str]:
     """The headers Slack sends with a body: its timestamp and v0 signature."""
     timestamp = str(int(time.time()) if at is None else at)
     digest = hmac.new(secret.encode(), f"v0:{timestamp}:{body}".encode(), hashlib.sha256)

@@ -81,7 +81,9 @@ def test_another_reviewer_opening_the_link_is_refused_and_recorded(
 def test_a_forged_link_is_refused_and_recorded(channels: None, held_refund: HeldRefund) -> None:
     ana = reviewer("ana")
     confirmation = held_refund(6_000)
-    genuine = mail_link(confirmation_id=confirmation.pk, user=ana, expires_at=confirmation.expires_at)
+    genuine = mail_link(
+        confirmation_id=confirmation.pk, user=ana, expires_at=confirmation.expires_at
+    )
     token = genuine.rsplit("/mail/", 1)[1].rstrip("/")
     forged = token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
     client = Client()
