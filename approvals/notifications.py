@@ -131,8 +131,11 @@ def _send_after_commit(ids: list[int]) -> None:
         return
 
     def send_notifications() -> None:
-        for notification_id in ids:
-            notification_send_task.delay(notification_id)
+        # One message to the broker from the agent's request, whatever the number of channels.
+        if len(ids) == 1:
+            notification_send_task.delay(ids[0])
+        else:
+            notifications_send_task.delay(ids)
 
     # Robust: a broker that is away must not fail the hold that committed; the sweep sends them.
     transaction.on_commit(send_notifications, robust=True)
@@ -461,6 +464,12 @@ def notification_send_task(self: Task[[int], None], notification_id: int) -> Non
         raise self.retry(
             countdown=notification_retry_delay(notification.attempts), max_retries=None
         )
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def notifications_send_task(notification_ids: list[int]) -> None:
+    for notification_id in notification_ids:
+        notification_send_task.delay(notification_id)
 
 
 @shared_task(acks_late=True, ignore_result=True)

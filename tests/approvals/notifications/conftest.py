@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -98,13 +99,22 @@ class _Handler:
         return "250 OK"
 
 
-@pytest.fixture
-def smtp_server() -> Iterator[SmtpServer]:
+@contextmanager
+def smtp_stand_in() -> Iterator[SmtpServer]:
+    """A real SMTP server on 127.0.0.1 that keeps what it receives (bench/notify.py uses it too)."""
     server = SmtpServer(host="127.0.0.1", port=free_port())
     controller = Controller(_Handler(server), hostname=server.host, port=server.port)
     controller.start()
-    yield server
-    controller.stop()
+    try:
+        yield server
+    finally:
+        controller.stop()
+
+
+@pytest.fixture
+def smtp_server() -> Iterator[SmtpServer]:
+    with smtp_stand_in() as server:
+        yield server
 
 
 @dataclass
@@ -137,6 +147,13 @@ class SlackApi:
 
 @pytest.fixture
 def slack_api() -> Iterator[SlackApi]:
+    with slack_stand_in() as api:
+        yield api
+
+
+@contextmanager
+def slack_stand_in() -> Iterator[SlackApi]:
+    """Slack's Web API methods Toolgate calls, on 127.0.0.1 (bench/notify.py uses it too)."""
     api = SlackApi(url="")
 
     class Handler(BaseHTTPRequestHandler):
@@ -178,10 +195,12 @@ def slack_api() -> Iterator[SlackApi]:
     api.url = f"http://127.0.0.1:{server.server_address[1]}/api/"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield api
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    try:
+        yield api
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 @pytest.fixture

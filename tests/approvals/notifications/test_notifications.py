@@ -208,6 +208,7 @@ def test_a_broker_outage_loses_no_notification_the_sweep_sends_it(
         raise BrokerDown("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
     monkeypatch.setattr(notifications.notification_send_task, "delay", broker_down)
+    monkeypatch.setattr(notifications.notifications_send_task, "delay", broker_down)
     confirmation = held_refund(6_000)
     assert confirmation.status == ConfirmationStatus.PENDING
     assert smtp_server.received == []

@@ -70,8 +70,9 @@ def test_a_hold_reaches_email_and_slack_and_a_slack_press_executes_on_the_worker
     assert smtp_server.wait_for(1)[0].recipients == ["ana@example.test"]
     assert slack_api.wait_for("chat.postMessage")[0].arguments["channel"] == CHANNEL_ID
     wait_until(
-        lambda: set(Notification.objects.values_list("status", flat=True))
-        == {NotificationStatus.SENT},
+        lambda: (
+            set(Notification.objects.values_list("status", flat=True)) == {NotificationStatus.SENT}
+        ),
         "both notifications to be recorded as sent",
     )
     body = button_body(confirmation.pk, slack_user_id="U0ANA")
