@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ DATABASE = "toolgate_bench_notify"
 
 def _percentile(values: Sequence[float], fraction: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def _figure(values: Sequence[float]) -> dict[str, float]:
@@ -58,6 +59,14 @@ def _wait(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any
             return value
         time.sleep(0.002)
     raise SystemExit(f"timed out waiting for {what}")
+
+
+def _since(items: Any, start: int) -> list[Any]:
+    return list(items[start:])
+
+
+def _posted_since(slack: Any, start: int) -> list[Any]:
+    return _since(slack.of("chat.postMessage"), start)
 
 
 def _database(pg_url: str) -> str:
@@ -217,8 +226,8 @@ def _measure(calls: int, smtp: Any, slack: Any, channels: dict[str, str]) -> dic
         confirmation, took = hold()
         answered = started + took
         with_channels.append(took)
-        mail = _wait(lambda: smtp.received[mails:], "the e-mail")[0]
-        post = _wait(lambda: slack.of("chat.postMessage")[posts:], "the Slack message")[0]
+        mail = _wait(partial(_since, smtp.received, mails), "the e-mail")[0]
+        post = _wait(partial(_posted_since, slack, posts), "the Slack message")[0]
         to_mail.append(mail.at - answered)
         to_slack.append(post.at - answered)
         held.append(confirmation)
@@ -238,11 +247,11 @@ def _measure(calls: int, smtp: Any, slack: Any, channels: dict[str, str]) -> dic
                 headers=slack_signed(body),
             )
             assert answer.status_code == 200, answer.content
-            _wait(lambda: executed(confirmation), "the execution from Slack")
+            _wait(partial(executed, confirmation), "the execution from Slack")
             by_slack.append(time.monotonic() - started)
         else:
             confirmation_approve(confirmation_id=confirmation.pk, reviewer=ana)
-            _wait(lambda: executed(confirmation), "the execution from the card")
+            _wait(partial(executed, confirmation), "the execution from the card")
             by_page.append(time.monotonic() - started)
 
     return {
