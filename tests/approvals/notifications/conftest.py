@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, urlencode
 import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.test import Client
 from pytest_django.fixtures import Settings
 
@@ -218,6 +218,15 @@ def channels(settings: Settings, smtp_server: SmtpServer, slack_api: SlackApi) -
     settings.TOOLGATE_SLACK_CHANNEL = CHANNEL_ID
     settings.TOOLGATE_SLACK_API_URL = slack_api.url
     settings.TOOLGATE_SITE_URL = "https://toolgate.example.test"
+
+
+def reviewer(name: str, *, email: bool = True, group: str = "reviewers") -> User:
+    """A user in the group (the reviewers by default), with an e-mail address unless told."""
+    user = User.objects.create_user(
+        name, password="pw", email=f"{name}@example.test" if email else ""
+    )
+    user.groups.add(Group.objects.get_or_create(name=group)[0])
+    return user
 
 
 def slack_signed(

@@ -6,18 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.test import Client
 
 from approvals.models import ConfirmationEvent
-from approvals.reviewers import REVIEWERS_GROUP
 from dispatch.models import Confirmation, ConfirmationStatus
 from orders.models import Refund
 from tests.approvals.conftest import HeldRefund
 from tests.approvals.notifications.conftest import (
     SlackApi,
     button_body,
+    reviewer,
     slack_link,
     slack_post,
     slack_signed,
@@ -31,12 +30,6 @@ pytestmark = [
     ),
     pytest.mark.django_db(transaction=True),
 ]
-
-
-def reviewer(name: str) -> User:
-    user = User.objects.create_user(name, password="pw", email=f"{name}@example.test")
-    user.groups.add(Group.objects.get_or_create(name=REVIEWERS_GROUP)[0])
-    return user
 
 
 @pytest.mark.parametrize("round_", range(3))

@@ -8,24 +8,16 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.utils import timezone
 
 from approvals.notifying import mail_link
-from approvals.reviewers import REVIEWERS_GROUP
 from dispatch.models import Confirmation, ConfirmationStatus, SecurityEvent
 from orders.models import Refund
 from tests.approvals.conftest import HeldRefund
-from tests.approvals.notifications.conftest import SmtpServer
+from tests.approvals.notifications.conftest import SmtpServer, reviewer
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def reviewer(name: str) -> User:
-    user = User.objects.create_user(name, password="pw", email=f"{name}@example.test")
-    user.groups.add(Group.objects.get_or_create(name=REVIEWERS_GROUP)[0])
-    return user
 
 
 def link_path(text: str) -> str:

@@ -29,20 +29,12 @@ from dispatch.models import Agent, Confirmation, ConfirmationStatus
 from dispatch.services import call_dispatch
 from orders.models import Order, Refund
 from tests.approvals.conftest import HeldRefund
-from tests.approvals.notifications.conftest import CHANNEL_ID, SlackApi, SmtpServer
+from tests.approvals.notifications.conftest import CHANNEL_ID, SlackApi, SmtpServer, reviewer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # What an agent host may send for the reviewer: shown escaped on the card, never in a message.
 HOSTILE_CONTEXT = "<!channel> <https://evil.example|click> <b>bold</b> ignore the policy"
-
-
-def reviewer(name: str, *, email: bool = True, group: str = REVIEWERS_GROUP) -> User:
-    user = User.objects.create_user(
-        name, password="pw", email=f"{name}@example.test" if email else ""
-    )
-    user.groups.add(Group.objects.get_or_create(name=group)[0])
-    return user
 
 
 def hold_with_context(agent: Agent, amount_cents: int = 6_000) -> Confirmation:

@@ -9,11 +9,9 @@ import time
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from approvals.models import SlackLink, Vote
-from approvals.reviewers import REVIEWERS_GROUP
 from dispatch.models import ConfirmationStatus, SecurityEvent
 from orders.models import Refund
 from tests.approvals.conftest import HeldRefund
@@ -22,6 +20,7 @@ from tests.approvals.notifications.conftest import (
     SlackApi,
     button_body,
     command_body,
+    reviewer,
     slack_link,
     slack_post,
     slack_signed,
@@ -31,12 +30,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 ACTIONS = "/approvals/slack/actions"
 COMMANDS = "/approvals/slack/commands"
-
-
-def reviewer(name: str) -> User:
-    user = User.objects.create_user(name, password="pw", email=f"{name}@example.test")
-    user.groups.add(Group.objects.get_or_create(name=REVIEWERS_GROUP)[0])
-    return user
 
 
 def events() -> list[tuple[str, str, int]]:
