@@ -13,6 +13,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
+from analytics import formatting
 from analytics.selectors import held_in
 from approvals.models import ConfirmationEvent, EventKind
 from dispatch.models import ConfirmationStatus
@@ -45,6 +46,8 @@ def channel_figures(
                 "decided": len(seconds),
                 "median_seconds": round(statistics.median(seconds), 1),
                 "p90_seconds": round(_p90(seconds), 1),
+                "median": formatting.duration(statistics.median(seconds)),
+                "p90": formatting.duration(_p90(seconds)),
             }
             for channel, seconds in sorted(waits.items())
         ],

@@ -84,6 +84,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         "stuck_after_minutes": settings.TOOLGATE_STUCK_AFTER_MINUTES,
         # A channel that keeps failing, for the administrators who can fix it.
         "failing_channels": failing_channels() if reader.is_staff else [],
+        "slack_configured": bool(settings.SLACK_SIGNING_SECRET),
     }
     if getattr(request, "htmx", False):
         # The page's own refresh: the items again, and a word about each one it showed that
