@@ -9,6 +9,7 @@ or a page never decides: decisions are the card's POSTs (CSRF-protected) and the
 from __future__ import annotations
 
 import json
+import logging
 from datetime import UTC, datetime
 
 from django.conf import settings
@@ -38,6 +39,8 @@ from dispatch.client_address import client_address
 from dispatch.security import Origin, security_event_record
 
 MAIL_CHANNEL = "mail"
+
+logger = logging.getLogger(__name__)
 
 
 def _mail_refused(
@@ -121,7 +124,15 @@ def slack_actions(request: HttpRequest) -> HttpResponse:
             {"error": "slack_payload_invalid", "message": "The payload is not an object."},
             status=400,
         )
-    slack_action_accept(payload)
+    try:
+        slack_action_accept(payload)
+    except Exception:
+        # The broker is away: nothing was decided, and Slack shows the reviewer an error.
+        logger.exception("Could not hand a Slack action to the workers")
+        return JsonResponse(
+            {"error": "unavailable", "message": "Toolgate cannot take it now; try again."},
+            status=503,
+        )
     return HttpResponse(status=200)
 
 

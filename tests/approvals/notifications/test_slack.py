@@ -246,3 +246,27 @@ def test_the_slack_endpoints_are_off_without_a_signing_secret(db: None) -> None:
 
     assert answer.status_code == 404
     assert SecurityEvent.objects.count() == 0
+
+
+def test_with_the_broker_away_a_press_is_a_503_and_decides_nothing(
+    channels: None, held_refund: HeldRefund, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kombu.exceptions import OperationalError
+
+    from approvals import slack
+
+    ana = reviewer("ana")
+    slack_link(Client(), ana, "U0ANA")
+    confirmation = held_refund(6_000)
+
+    def broker_down(*args: Any, **kwargs: Any) -> None:
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(slack.slack_action_task, "delay", broker_down)
+
+    answer = press(confirmation.pk, "U0ANA")
+
+    assert (answer.status_code, answer.json()["error"]) == (503, "unavailable")
+    confirmation.refresh_from_db()
+    assert confirmation.status == ConfirmationStatus.PENDING
+    assert Refund.objects.count() == 0
