@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from playwright.sync_api import expect
 from pytest_django.fixtures import Settings
 from pytest_django.live_server_helper import LiveServer
@@ -13,6 +14,8 @@ from dispatch.models import Confirmation, ConfirmationStatus
 from tests.approvals.notifications.conftest import smtp_stand_in
 from tests.conftest import AgentClient, Ledger
 from tests.e2e.conftest import PASSWORD, MakeBrowserUser, OpenTab
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_a_reviewer_approves_a_held_refund_from_the_emails_link(
