@@ -19,7 +19,6 @@ agent (NotificationRule) or by the TOOLGATE_NOTIFY_* settings.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -62,7 +61,7 @@ SWEEP_BATCH = 500
 
 def channels_configured() -> list[str]:
     """The channels that are set up in settings: e-mail when it is switched on, Slack when it has
-    a bot token and a channel (globally, or per agent's rule)."""
+    a bot token (its channel, global or the agent's rule's, is found when it is sent)."""
     channels: list[str] = []
     if settings.TOOLGATE_NOTIFY_EMAIL:
         channels.append(NotificationChannel.EMAIL)
@@ -84,7 +83,7 @@ def notifications_on_hold(
     if raw:
         return
     if created:
-        notifications_enqueue(confirmations=[instance], stage=NotificationStage.HELD)
+        notifications_enqueue(confirmation=instance)
     elif update_fields and "status" in update_fields and str(instance.status) in DECIDED:
         notifications_decided(confirmation=instance)
 
@@ -100,9 +99,9 @@ DECIDED = frozenset(
 )
 
 
-def notifications_enqueue(*, confirmations: Iterable[Confirmation], stage: str) -> int:
-    """Write a pending row per channel for each confirmation in one INSERT, sent once the
-    caller's transaction commits; a stage already written for a call is not written twice."""
+def notifications_enqueue(*, confirmation: Confirmation) -> int:
+    """Write a pending row per channel for a new hold in one INSERT, sent once the caller's
+    transaction (the hold's) commits; how many."""
     channels = channels_configured()
     if not channels:
         return 0
@@ -111,15 +110,13 @@ def notifications_enqueue(*, confirmations: Iterable[Confirmation], stage: str) 
         [
             Notification(
                 confirmation=confirmation,
-                stage=stage,
+                stage=NotificationStage.HELD,
                 channel=channel,
                 created_at=now,
                 next_attempt_at=now,
             )
-            for confirmation in confirmations
             for channel in channels
-        ],
-        ignore_conflicts=stage != NotificationStage.HELD,
+        ]
     )
     ids = [row.pk for row in rows if row.pk is not None]
     _send_after_commit(ids)
