@@ -47,6 +47,7 @@ from approvals.notifying import (
     slack_outcome_update,
     slack_post,
 )
+from approvals.outbox import outbox_resend
 from approvals.selectors import ReviewItem, review_items
 from approvals.slack import slack_requests_prune
 from dispatch.models import Confirmation, ConfirmationStatus
@@ -336,24 +337,10 @@ def notifications_resend_due(*, now: datetime | None = None) -> int:
     TOOLGATE_EXECUTION_RESEND_SECONDS ago: their task was lost. How many were sent."""
     now = now or timezone.now()
     lost_before = now - timedelta(seconds=settings.TOOLGATE_EXECUTION_RESEND_SECONDS)
-    due = Notification.objects.filter(
+    lost = Notification.objects.filter(
         status=NotificationStatus.PENDING, next_attempt_at__lte=lost_before
-    ).order_by("next_attempt_at", "id")
-    sent = 0
-    for notification_id, due_at in list(due.values_list("pk", "next_attempt_at")[:SWEEP_BATCH]):
-        # Claimed by moving its due time: a sweep running at the same time sends it once.
-        claimed = Notification.objects.filter(
-            pk=notification_id, status=NotificationStatus.PENDING, next_attempt_at=due_at
-        ).update(next_attempt_at=now)
-        if not claimed:
-            continue
-        try:
-            notification_send_task.delay(notification_id)
-        except Exception as exc:
-            logger.warning("Could not send notification %s again: %s", notification_id, exc)
-            break  # the broker is still away: the next round tries again
-        sent += 1
-    return sent
+    )
+    return outbox_resend(lost, now=now, send=notification_send_task.delay, batch=SWEEP_BATCH)
 
 
 def _minutes(rule: NotificationRule | None, name: str, setting: str) -> int | None:
