@@ -264,7 +264,7 @@ def confirmation_outcomes(
     The times are read from the daily histogram of decisions for the range's whole UTC days, and
     from the held calls themselves at its ends; percentiles are those of the buckets' middles
     (analytics/decisions.py says how close they are)."""
-    held = _held_in(since, until, agent_id, tool)
+    held = held_in(since, until, agent_id, tool)
     by_status = {
         row["status"]: row["count"]
         for row in held.values("status").annotate(count=Count("pk")).order_by()
@@ -326,12 +326,13 @@ def held_count(
 ) -> int:
     """How many calls were held in the range: confirmation_outcomes' by_status summed, for a
     comparison that needs nothing more."""
-    return _held_in(since, until, agent_id, tool).count()
+    return held_in(since, until, agent_id, tool).count()
 
 
-def _held_in(
+def held_in(
     since: datetime, until: datetime, agent_id: int | None, tool: str | None
 ) -> QuerySet[Confirmation]:
+    """The calls held in the range, of one agent and one tool or all."""
     held = Confirmation.objects.filter(created_at__gte=since, created_at__lt=until)
     return _filtered(held, agent_id, tool)
 
@@ -400,7 +401,7 @@ def held_calls_behind(
 ) -> QuerySet[AuditRecord]:
     """The calls that created the confirmations confirmation_outcomes counts over the same range,
     optionally only those now in `status` or decided by the reviewer named `decided_by`."""
-    held = _held_in(since, until, agent_id, tool)
+    held = held_in(since, until, agent_id, tool)
     if status is not None:
         held = held.filter(status=status)
     if decided_by is not None:

@@ -27,6 +27,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from analytics import formatting
+from analytics.channels import channel_figures
 from analytics.charts import chart_data
 from analytics.decisions import DECIDING_EVENTS
 from analytics.figures import TABLE_SORTS, columns, headlines, scope_query, table_rows
@@ -109,6 +110,7 @@ def _dashboard_figures(request: HttpRequest, scope: Scope, figures: CallFigures)
         "sort": sort,
         "columns": columns(request.GET, sort),
         "total_calls": figures.total.calls,
+        "channels": channel_figures(**scope.filters()) if held else None,
     }
 
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from approvals.models import ConfirmationEvent, ReviewerLimit, WebhookDelivery
+from approvals.models import (
+    ConfirmationEvent,
+    Notification,
+    NotificationRule,
+    ReviewerLimit,
+    SlackLink,
+    WebhookDelivery,
+)
 from dispatch.admin import ReadOnlyAdmin
 from dispatch.models import Confirmation
 
@@ -74,3 +81,39 @@ class ConfirmationEventAdmin(ReadOnlyAdmin):
     search_fields = ("confirmation__id", "actor_label")
     date_hierarchy = "at"
     ordering = ("-at", "-id")
+
+
+@admin.register(Notification)
+class NotificationAdmin(ReadOnlyAdmin):
+    """Each announcement of a held call on a channel, and how its sending went
+    (approvals.notifications); failed ones say why."""
+
+    list_display = (
+        "created_at",
+        "stage",
+        "channel",
+        "confirmation",
+        "status",
+        "attempts",
+        "last_attempt_at",
+        "last_error",
+    )
+    list_filter = ("status", "channel", "stage")
+    search_fields = ("confirmation__id",)
+    ordering = ("-created_at",)
+
+
+@admin.register(NotificationRule)
+class NotificationRuleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Per agent: e-mail on or off, its Slack channel, and when it escalates to whom."""
+
+    list_display = ("agent", "email", "slack_channel", "escalate_after_minutes", "escalate_group")
+    filter_horizontal = ("escalate_users",)
+
+
+@admin.register(SlackLink)
+class SlackLinkAdmin(ReadOnlyAdmin):
+    """Reviewers' Slack users, linked by the reviewer's one-time code (approvals.slack)."""
+
+    list_display = ("user", "team_id", "slack_user_id", "linked_at")
+    exclude = ("code_hash",)

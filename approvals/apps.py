@@ -20,3 +20,13 @@ class ApprovalsConfig(AppConfig):
         from dispatch.withdrawal import withdrawal_register
 
         withdrawal_register(confirmation_withdraw)
+        # A new hold is announced, and a decision updates its Slack messages: approvals listens
+        # to the confirmation's own saves, since dispatch may not import it (notifications.py).
+        from django.db.models.signals import post_save
+
+        from approvals.notifications import notifications_on_hold
+        from dispatch.models import Confirmation
+
+        post_save.connect(
+            notifications_on_hold, sender=Confirmation, dispatch_uid="approvals.notifications"
+        )

@@ -20,6 +20,7 @@ from approvals.errors import (
     AlreadyDecided,
     ConfirmationError,
     ConfirmationNotFound,
+    NeedsCard,
     ReasonRequired,
     RecheckUnavailable,
 )
@@ -56,6 +57,8 @@ def confirmation_approve(
     now: datetime | None = None,
     separate: bool = False,
     confirmed: bool = False,
+    channel: str = "",
+    deciding_only: bool = False,
 ) -> Confirmation:
     """Record the reviewer's approval. The customer's sum is judged again as it stands now (the
     call's own amount once, with everything else moved or on its way in the window): it decides
@@ -69,15 +72,32 @@ def confirmation_approve(
     event log keeps. An amount above the policy's second-look amount in its currency
     (confirm_above) is refused unless `confirmed`: the reviewer's second look, given after
     seeing the amount and the customer's sum. Raises ConfirmationError. `now` is the decision's
-    time (a demo's history gives its own; by default, now)."""
+    time (a demo's history gives its own; by default, now). `channel` names the door in the
+    event log where it is not the pages or the API ("slack"); with `deciding_only` an approval
+    that would only be a vote is refused (NeedsCard) and nothing is recorded."""
     return _raise_refusal(
-        _approve(confirmation_id, reviewer, now or timezone.now(), separate, confirmed)
+        _approve(
+            confirmation_id,
+            reviewer,
+            now or timezone.now(),
+            separate,
+            confirmed,
+            channel=channel,
+            deciding_only=deciding_only,
+        )
     )
 
 
 @transaction.atomic
 def _approve(
-    confirmation_id: str, reviewer: User, now: datetime, separate: bool, confirmed: bool = False
+    confirmation_id: str,
+    reviewer: User,
+    now: datetime,
+    separate: bool,
+    confirmed: bool = False,
+    *,
+    channel: str = "",
+    deciding_only: bool = False,
 ) -> Confirmation | ConfirmationError:
     confirmation = confirmation_locked(confirmation_id)
     held = held_call_of(confirmation)
@@ -117,6 +137,11 @@ def _approve(
         # refusal does not invalidate what a reviewer is approving.
         return RecheckUnavailable(
             f"The live state could not be checked now, so nothing was decided: {judged.message}",
+            confirmation,
+        )
+    if deciding_only and decision.outcome is Outcome.VOTE_RECORDED:
+        return NeedsCard(
+            f"{decision.after.still_needed or 'More is needed'}: decide it on its card.",
             confirmation,
         )
 
@@ -163,7 +188,7 @@ def _approve(
         at=now,
         event=EventKind.APPROVED,
         actor=reviewer,
-        data=_sum_data(customer_sum),
+        data={**_sum_data(customer_sum), **({"channel": channel} if channel else {})},
         decided_at=now,
     )
 

@@ -59,6 +59,13 @@ class RecheckUnavailable(ConfirmationError):
     code = "recheck_unavailable"
 
 
+class NeedsCard(ConfirmationError):
+    """The approval would only count as one vote of several: a channel that decides with one
+    click (a Slack button) records nothing and sends the reviewer to the card."""
+
+    code = "needs_card"
+
+
 class NotReconcilable(ConfirmationError):
     """Only an execution whose outcome is unknown is reconciled."""
 

@@ -81,6 +81,10 @@ class EventKind(models.TextChoices):
     RECONCILED = "reconciled"
     # The agent's host withdrew the held call (before any approval).
     WITHDRAWN = "withdrawn"
+    # Undecided after the notification rule's minutes: the next group was told; and again
+    # shortly before it expires.
+    ESCALATED = "escalated"
+    REMINDED = "reminded"
 
 
 class ConfirmationEvent(models.Model):
@@ -158,3 +162,135 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} of {self.confirmation_id} ({self.status})"
+
+
+class NotificationChannel(models.TextChoices):
+    EMAIL = "email"
+    SLACK = "slack"
+
+
+class NotificationStage(models.TextChoices):
+    # The call was held: the reviewers who may decide it are told.
+    HELD = "held"
+    # Undecided after the rule's minutes: the next group (or named people) is told.
+    ESCALATED = "escalated"
+    # Undecided shortly before it expires: told once more.
+    EXPIRING = "expiring"
+
+
+class NotificationStatus(models.TextChoices):
+    PENDING = "pending"
+    SENT = "sent"
+    # Every attempt failed; nothing more is tried.
+    FAILED = "failed"
+    # Nothing to send: the channel is off for the agent, no one to tell, or decided meanwhile.
+    SKIPPED = "skipped"
+
+
+class NotificationRule(models.Model):
+    """Where an agent's held calls are announced and when they are escalated; an agent without
+    one follows the TOOLGATE_NOTIFY_* settings."""
+
+    agent = models.OneToOneField(
+        "dispatch.Agent", on_delete=models.CASCADE, related_name="notification_rule"
+    )
+    email = models.BooleanField(default=True, help_text="e-mail the reviewers who may decide")
+    slack_channel = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        help_text="Slack channel id (C0123...); empty: TOOLGATE_SLACK_CHANNEL, none if unset",
+    )
+    escalate_after_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="undecided this long after the hold: escalate"
+    )
+    escalate_group = models.CharField(
+        max_length=150, blank=True, default="", help_text="the group told when it escalates"
+    )
+    escalate_users = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="+", help_text="people told as well"
+    )
+    remind_before_expiry_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="undecided this long before expiry: tell them again"
+    )
+
+    def __str__(self) -> str:
+        return f"notifications of {self.agent}"
+
+
+class Notification(models.Model):
+    """One announcement of a held call on one channel, and how its sending went: the outbox row
+    written in the hold's own transaction (or by the escalation sweep), sent after commit, retried
+    with backoff, and swept again when its task was lost (as WebhookDelivery)."""
+
+    confirmation = models.ForeignKey(
+        Confirmation, on_delete=models.PROTECT, related_name="notifications"
+    )
+    stage = models.CharField(max_length=16, choices=NotificationStage.choices)
+    channel = models.CharField(max_length=8, choices=NotificationChannel.choices)
+    status = models.CharField(
+        max_length=16, choices=NotificationStatus.choices, default=NotificationStatus.PENDING
+    )
+    attempts = models.PositiveSmallIntegerField(default=0)
+    created_at = models.DateTimeField()
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True, default="")
+    sent_at = models.DateTimeField(null=True, blank=True)
+    # Who was told (user ids, e-mail); a retry skips them.
+    recipients_done = models.JSONField(default=list, blank=True)
+    # Where the Slack message is (channel id and ts), for chat.update once it is decided.
+    slack_channel = models.CharField(max_length=32, blank=True, default="")
+    slack_ts = models.CharField(max_length=32, blank=True, default="")
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["confirmation", "stage", "channel"], name="notification_once_per_stage"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"], name="notification_due_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.stage} of {self.confirmation_id} by {self.channel} ({self.status})"
+
+
+class SlackLink(models.Model):
+    """A reviewer's Slack user, proven from both sides: Toolgate showed the reviewer a one-time
+    code, and that Slack user sent it back in a signed request from the configured workspace."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="slack_link"
+    )
+    # A pending link has a code's hash and no Slack user yet.
+    code_hash = models.CharField(max_length=64, blank=True, default="")
+    code_expires_at = models.DateTimeField(null=True, blank=True)
+    team_id = models.CharField(max_length=32, blank=True, default="")
+    slack_user_id = models.CharField(max_length=32, blank=True, default="")
+    linked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team_id", "slack_user_id"],
+                condition=~models.Q(slack_user_id=""),
+                name="slack_link_one_reviewer_per_slack_user",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} as {self.slack_user_id or '(not linked yet)'}"
+
+
+class SlackRequest(models.Model):
+    """A signed Slack request seen, by its signature: the same one again is a replay. Kept a
+    little longer than Slack's five minutes, then pruned."""
+
+    signature = models.CharField(max_length=80, unique=True)
+    at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"Slack request at {self.at:%Y-%m-%d %H:%M:%S}"

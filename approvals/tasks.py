@@ -11,6 +11,7 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_ready
 
+from approvals.notifications import notifications_resend_due
 from approvals.services import (
     confirmation_execute,
     confirmations_expire_due,
@@ -41,3 +42,4 @@ def outbox_resend_at_start(**_: Any) -> None:
     # A worker that starts (after the broker or the workers were down) sends what waits.
     executions_resend_due()
     webhooks_resend_due()
+    notifications_resend_due()

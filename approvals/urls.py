@@ -1,6 +1,6 @@
 from django.urls import path
 
-from approvals import views
+from approvals import channel_views, views
 
 app_name = "approvals"
 
@@ -8,6 +8,10 @@ urlpatterns = [
     path("", views.queue, name="queue"),
     path("history/", views.history, name="history"),
     path("reconciliation/", views.reconciliation, name="reconciliation"),
+    path("mail/<str:token>/", channel_views.mail_link, name="mail_link"),
+    path("slack/actions", channel_views.slack_actions, name="slack_actions"),
+    path("slack/commands", channel_views.slack_commands, name="slack_commands"),
+    path("slack/link", channel_views.slack_link, name="slack_link"),
     path("<slug:confirmation_id>/", views.detail, name="detail"),
     path("<slug:confirmation_id>/approve", views.approve, name="approve"),
     path("<slug:confirmation_id>/reject", views.reject, name="reject"),

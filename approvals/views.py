@@ -25,6 +25,7 @@ from django_tables2 import RequestConfig
 from approvals import selectors, services
 from approvals.filters import HistoryFilter
 from approvals.forms import RejectForm
+from approvals.notifications import failing_channels
 from approvals.reviewers import REVIEWERS_GROUP, is_reviewer
 from approvals.tables import ConfirmationTable
 from dispatch.models import Confirmation, ConfirmationStatus
@@ -81,6 +82,9 @@ def queue(request: HttpRequest) -> HttpResponse:
         "refresh_seconds": settings.TOOLGATE_QUEUE_REFRESH_SECONDS,
         "next": reverse("approvals:queue"),
         "stuck_after_minutes": settings.TOOLGATE_STUCK_AFTER_MINUTES,
+        # A channel that keeps failing, for the administrators who can fix it.
+        "failing_channels": failing_channels() if reader.is_staff else [],
+        "slack_configured": bool(settings.SLACK_SIGNING_SECRET),
     }
     if getattr(request, "htmx", False):
         # The page's own refresh: the items again, and a word about each one it showed that

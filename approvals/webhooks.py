@@ -32,6 +32,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from approvals.models import WebhookDelivery, WebhookDeliveryStatus
+from approvals.outbox import outbox_resend
 from dispatch.models import Agent, Confirmation
 from dispatch.selectors import confirmation_state
 from dispatch.webhooks import WebhookTarget, WebhookUrlInvalid, webhook_target
@@ -259,24 +260,10 @@ def webhooks_resend_due(*, now: datetime | None = None) -> int:
     its own retry chain. How many were sent; the beat runs it, and every worker as it starts."""
     now = now or timezone.now()
     lost_before = now - timedelta(seconds=settings.TOOLGATE_EXECUTION_RESEND_SECONDS)
-    due = WebhookDelivery.objects.filter(
+    lost = WebhookDelivery.objects.filter(
         status=WebhookDeliveryStatus.PENDING, next_attempt_at__lte=lost_before
-    ).order_by("next_attempt_at", "id")
-    sent = 0
-    for delivery_id, due_at in list(due.values_list("pk", "next_attempt_at")[:RESEND_BATCH]):
-        # Claimed by moving its due time: a sweep running at the same time sends it once.
-        claimed = WebhookDelivery.objects.filter(
-            pk=delivery_id, status=WebhookDeliveryStatus.PENDING, next_attempt_at=due_at
-        ).update(next_attempt_at=now)
-        if not claimed:
-            continue
-        try:
-            webhook_deliver_task.delay(delivery_id)
-        except Exception as exc:
-            logger.warning("Could not send webhook delivery %s again: %s", delivery_id, exc)
-            break  # the broker is still away: the next round tries again
-        sent += 1
-    return sent
+    )
+    return outbox_resend(lost, now=now, send=webhook_deliver_task.delay, batch=RESEND_BATCH)
 
 
 # How many deliveries one sweep sends at most; the rest wait for the next round.

@@ -82,6 +82,8 @@ EVENT_VERBS = {
     "unknown": "could not learn the outcome",
     "reconciled": "reconciled it with the system of record",
     "withdrawn": "withdrew it: nothing executed",
+    "escalated": "escalated it: nobody had decided",
+    "reminded": "told the reviewers again before it expires",
 }
 
 

@@ -225,6 +225,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "approvals.webhooks.webhooks_resend_task",
         "schedule": env.float("TOOLGATE_EXECUTION_SWEEP_SECONDS", default=20.0),
     },
+    # Notifications whose task was lost are sent again; undecided calls are escalated.
+    "sweep-notifications": {
+        "task": "approvals.notifications.notifications_sweep_task",
+        "schedule": env.float("TOOLGATE_NOTIFY_SWEEP_SECONDS", default=30.0),
+    },
     # The managers' rollups, filled from the audit records and the event log (analytics/fills.py).
     # The heads of the audit chains, sealed and written out (dispatch/audit.py).
     "seal-audit": {
@@ -280,7 +285,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "interval_max": 0.5,
 }
 # Task modules outside an app's tasks.py.
-CELERY_IMPORTS = ["approvals.webhooks"]
+CELERY_IMPORTS = ["approvals.webhooks", "approvals.notifications", "approvals.slack"]
 
 # Webhooks (approvals.webhooks): URLs must resolve to public addresses unless this allows
 # loopback and private ones (a receiver on the same host or network).
@@ -291,6 +296,48 @@ TOOLGATE_WEBHOOK_MAX_ATTEMPTS = env.int("TOOLGATE_WEBHOOK_MAX_ATTEMPTS", default
 # 10 s, 20 s, ... 10 min, about 21 minutes over 8 attempts.
 TOOLGATE_WEBHOOK_RETRY_BASE_SECONDS = env.float("TOOLGATE_WEBHOOK_RETRY_BASE_SECONDS", default=10.0)
 TOOLGATE_WEBHOOK_RETRY_MAX_SECONDS = env.float("TOOLGATE_WEBHOOK_RETRY_MAX_SECONDS", default=600.0)
+
+# Notifications of held calls (approvals/notifications.py, docs/notifications.md). Links in
+# messages start with the site's public address.
+TOOLGATE_SITE_URL = env("TOOLGATE_SITE_URL", default="http://127.0.0.1:8000")
+# E-mail through Django's SMTP backend; the password comes from the environment only.
+TOOLGATE_NOTIFY_EMAIL = env.bool("TOOLGATE_NOTIFY_EMAIL", default=False)
+EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", default=False)
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="toolgate@localhost")
+# A signed e-mail link opens its card for its reviewer until the call expires, at most this long.
+TOOLGATE_MAIL_LINK_MAX_AGE_SECONDS = env.int(
+    "TOOLGATE_MAIL_LINK_MAX_AGE_SECONDS", default=7 * 86400
+)
+# Slack: the bot's token (chat:write) and the app's signing secret, from the environment only; the
+# workspace whose requests are accepted (team id), and the channel held calls go to by default.
+SLACK_BOT_TOKEN = env("SLACK_BOT_TOKEN", default="")
+SLACK_SIGNING_SECRET = env("SLACK_SIGNING_SECRET", default="")
+TOOLGATE_SLACK_TEAM_ID = env("TOOLGATE_SLACK_TEAM_ID", default="")
+TOOLGATE_SLACK_CHANNEL = env("TOOLGATE_SLACK_CHANNEL", default="")
+TOOLGATE_SLACK_API_URL = env("TOOLGATE_SLACK_API_URL", default="https://slack.com/api/")
+TOOLGATE_SLACK_TIMEOUT_SECONDS = env.int("TOOLGATE_SLACK_TIMEOUT_SECONDS", default=10)
+# How long a one-time code that links a reviewer's Slack user stays valid.
+TOOLGATE_SLACK_LINK_CODE_MINUTES = env.int("TOOLGATE_SLACK_LINK_CODE_MINUTES", default=10)
+# Each notification is tried this many times, waiting base * 2**(n-1) seconds (capped) between.
+TOOLGATE_NOTIFY_MAX_ATTEMPTS = env.int("TOOLGATE_NOTIFY_MAX_ATTEMPTS", default=8)
+TOOLGATE_NOTIFY_RETRY_BASE_SECONDS = env.float("TOOLGATE_NOTIFY_RETRY_BASE_SECONDS", default=10.0)
+TOOLGATE_NOTIFY_RETRY_MAX_SECONDS = env.float("TOOLGATE_NOTIFY_RETRY_MAX_SECONDS", default=600.0)
+# Escalation, where an agent has no NotificationRule of its own: undecided this many minutes
+# after the hold, the group is told; and everyone once more this many minutes before expiry.
+TOOLGATE_NOTIFY_ESCALATE_AFTER_MINUTES = env.int(
+    "TOOLGATE_NOTIFY_ESCALATE_AFTER_MINUTES", default=None
+)
+TOOLGATE_NOTIFY_ESCALATE_GROUP = env("TOOLGATE_NOTIFY_ESCALATE_GROUP", default="")
+TOOLGATE_NOTIFY_REMIND_BEFORE_EXPIRY_MINUTES = env.int(
+    "TOOLGATE_NOTIFY_REMIND_BEFORE_EXPIRY_MINUTES", default=None
+)
 
 LOG_LEVEL = env("LOG_LEVEL", default="INFO")
 LOGGING = {
