@@ -79,6 +79,10 @@ class EventKind(models.TextChoices):
     FAILED = "failed"
     UNKNOWN = "unknown"
     RECONCILED = "reconciled"
+    # A reviewer changed the held call before approving: on the edited call, who, and its
+    # arguments before and after; on the original, the call that took its place.
+    EDITED = "edited"
+    SUPERSEDED = "superseded"
 
 
 class ConfirmationEvent(models.Model):

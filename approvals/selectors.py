@@ -56,6 +56,7 @@ DECISION_EVENTS = (
     EventKind.REJECTED,
     EventKind.EXPIRED,
     EventKind.INVALIDATED,
+    EventKind.SUPERSEDED,
 )
 IN_FLIGHT = (ConfirmationStatus.APPROVED, ConfirmationStatus.EXECUTING)
 

@@ -40,7 +40,16 @@ logger = logging.getLogger(__name__)
 
 # What a webhook is told: the decisions and the final results of a confirmation.
 WEBHOOK_EVENTS = frozenset(
-    {"approved", "rejected", "expired", "invalidated", "executed", "failed", "unknown"}
+    {
+        "approved",
+        "rejected",
+        "expired",
+        "invalidated",
+        "superseded",
+        "executed",
+        "failed",
+        "unknown",
+    }
 )
 
 SIGNATURE_HEADER = "Toolgate-Signature"

@@ -251,6 +251,9 @@ class ConfirmationStatus(models.TextChoices):
     EXPIRED = "expired"
     # The re-check at approval found that the call no longer passes; nothing executed.
     INVALIDATED = "invalidated"
+    # A reviewer edited it before approving: the edited call (edited_from names this one) takes
+    # its place, its key and its money's place in the customer's sum; nothing of it executes.
+    SUPERSEDED = "superseded"
 
 
 # The one declaration of a confirmation's lifecycle: the statuses each may move to. A row may also
@@ -264,6 +267,7 @@ CONFIRMATION_LIFECYCLE: dict[str, frozenset[str]] = {
             ConfirmationStatus.REJECTED,
             ConfirmationStatus.EXPIRED,
             ConfirmationStatus.INVALIDATED,
+            ConfirmationStatus.SUPERSEDED,
         }
     ),
     ConfirmationStatus.APPROVED: frozenset({ConfirmationStatus.EXECUTING}),
@@ -277,6 +281,7 @@ CONFIRMATION_LIFECYCLE: dict[str, frozenset[str]] = {
     ConfirmationStatus.REJECTED: frozenset(),
     ConfirmationStatus.EXPIRED: frozenset(),
     ConfirmationStatus.INVALIDATED: frozenset(),
+    ConfirmationStatus.SUPERSEDED: frozenset(),
 }
 
 # Settled: nothing follows.
@@ -303,6 +308,7 @@ CONFIRMATION_FROZEN = (
     "hold_reason",
     "host_context",
     "duplicate_of",
+    "edited_from",
     "created_at",
 )
 
@@ -350,6 +356,9 @@ class Confirmation(models.Model):
     # A possible duplicate: the key of the money it may repeat (dispatch.models.Movement), held,
     # approved or executed in another conversation. Approving it takes a reviewer's explicit word.
     duplicate_of = models.CharField(max_length=64, blank=True, default="")
+    # The held call a reviewer edited into this one (now superseded): this one keeps its key, and
+    # what the model asked is that one's arguments.
+    edited_from = models.CharField(max_length=32, blank=True, default="", db_index=True)
     # The head of its event log's chain (approvals.models.ConfirmationEvent), moved with each
     # event under the row's lock.
     event_seq = models.PositiveBigIntegerField(default=0)
