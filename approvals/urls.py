@@ -10,6 +10,7 @@ urlpatterns = [
     path("reconciliation/", views.reconciliation, name="reconciliation"),
     path("<slug:confirmation_id>/", views.detail, name="detail"),
     path("<slug:confirmation_id>/approve", views.approve, name="approve"),
+    path("<slug:confirmation_id>/edit", views.edit, name="edit"),
     path("<slug:confirmation_id>/reject", views.reject, name="reject"),
     path("<slug:confirmation_id>/reconcile", views.reconcile, name="reconcile"),
 ]

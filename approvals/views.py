@@ -24,7 +24,7 @@ from django_tables2 import RequestConfig
 
 from approvals import selectors, services
 from approvals.filters import HistoryFilter
-from approvals.forms import RejectForm
+from approvals.forms import EditInvalid, RejectForm, edit_changes
 from approvals.reviewers import REVIEWERS_GROUP, is_reviewer
 from approvals.tables import ConfirmationTable
 from dispatch.models import Confirmation, ConfirmationStatus
@@ -143,6 +143,41 @@ def approve(request: HttpRequest, confirmation_id: str) -> HttpResponse:
         messages.error(request, exc.message)
     else:
         _tell_outcome(request, confirmation)
+    return _back(request, confirmation_id)
+
+
+@require_POST
+@reviewer_required
+def edit(request: HttpRequest, confirmation_id: str) -> HttpResponse:
+    """Edit a held call as its tool allows, then approve the edited call (a new confirmation,
+    which takes its place). A refused edit changes nothing and says why."""
+    confirmation = Confirmation.objects.filter(pk=confirmation_id).first()
+    if confirmation is None:
+        raise Http404("No such confirmation.")
+    try:
+        changes = edit_changes(
+            request.POST, selectors.edit_fields(confirmation), confirmation.arguments
+        )
+        edited = services.confirmation_edit_approve(
+            confirmation_id=confirmation_id,
+            reviewer=_reader(request),
+            changes=changes,
+            separate=request.POST.get("separate") == "yes",
+            confirmed=request.POST.get("confirmed") == "yes",
+        )
+    except EditInvalid as exc:
+        messages.error(request, f"Not edited: {exc}")
+        return _back(request, confirmation_id)
+    except services.ConfirmationError as exc:
+        messages.error(request, f"Not edited: {exc.message}")
+        return _back(request, confirmation_id)
+    _tell_outcome(request, edited)
+    on_its_page = reverse("approvals:detail", args=[confirmation_id])
+    if _next(request, "") == on_its_page:
+        # Its page now shows a superseded call: the edited one's instead.
+        response = HttpResponseRedirect(reverse("approvals:detail", args=[edited.pk]))
+        response.status_code = 303
+        return response
     return _back(request, confirmation_id)
 
 

@@ -99,6 +99,7 @@
     if (help && help.open) return false;
     if (document.querySelector("#queue dialog[open]")) return false;
     if (document.querySelector("#queue details.reject[open]")) return false;
+    if (document.querySelector("#queue details.edit[open]")) return false;
     return !typing(document.activeElement);
   };
 
