@@ -6,6 +6,7 @@ app_name = "approvals"
 
 urlpatterns = [
     path("", views.queue, name="queue"),
+    path("list/", views.triage, name="triage"),
     path("history/", views.history, name="history"),
     path("reconciliation/", views.reconciliation, name="reconciliation"),
     path("<slug:confirmation_id>/", views.detail, name="detail"),

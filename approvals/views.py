@@ -16,6 +16,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.middleware.csrf import get_token
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -26,7 +27,7 @@ from approvals import selectors, services
 from approvals.filters import HistoryFilter
 from approvals.forms import EditInvalid, RejectForm, edit_changes
 from approvals.reviewers import REVIEWERS_GROUP, is_reviewer
-from approvals.tables import ConfirmationTable
+from approvals.tables import ConfirmationTable, TriageTable
 from dispatch.models import Confirmation, ConfirmationStatus
 
 HISTORY_PAGE_SIZE = 25
@@ -94,6 +95,29 @@ def queue(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @reviewer_required
+def triage(request: HttpRequest) -> HttpResponse:
+    """The queue as a compact list, a row a held call; choosing a row opens its card."""
+    reader = _reader(request)
+    items = selectors.queue_items(reader=reader, limit=selectors.QUEUE_SHOWN)
+    here = reverse("approvals:triage")
+    context = {
+        "items": items,
+        "table": TriageTable(items, next_url=here, csrf_token=get_token(request)),
+        "pending_total": selectors.pending_count(),
+        "what_is_held": selectors.what_is_held(),
+        "refresh_seconds": settings.TOOLGATE_QUEUE_REFRESH_SECONDS,
+        "next": here,
+    }
+    if getattr(request, "htmx", False):
+        still_pending = {item.id for item in items}
+        shown = [cid for cid in request.GET.getlist("shown") if cid not in still_pending]
+        context["decided_elsewhere"] = selectors.decided_elsewhere(shown, reader=reader)
+        return render(request, "approvals/_triage.html", context)
+    return render(request, "approvals/triage.html", context)
+
+
+@require_GET
+@reviewer_required
 def detail(request: HttpRequest, confirmation_id: str) -> HttpResponse:
     item = selectors.confirmation_item(confirmation_id=confirmation_id, reader=_reader(request))
     if item is None:
@@ -101,7 +125,12 @@ def detail(request: HttpRequest, confirmation_id: str) -> HttpResponse:
     return render(
         request,
         "approvals/detail.html",
-        {"item": item, "next": reverse("approvals:detail", args=[item.id])},
+        {
+            "item": item,
+            "next": reverse("approvals:detail", args=[item.id]),
+            # From the list's Reject: the card opens with its reason to write.
+            "reject_open": request.GET.get("reject") == "1",
+        },
     )
 
 

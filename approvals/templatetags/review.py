@@ -26,6 +26,7 @@ STATUSES = {
     "rejected": ("✕", "Rejected", "bad"),
     "expired": ("◌", "Expired", "neutral"),
     "invalidated": ("⊘", "Invalidated", "neutral"),
+    "superseded": ("✎", "Edited: superseded", "neutral"),
 }
 
 
@@ -59,6 +60,15 @@ def moment(value: datetime | None, *, precise: bool = False) -> SafeString | str
     return format_html('<time datetime="{}" title="{}">{}</time>', value.isoformat(), hover, shown)
 
 
+@register.simple_tag
+def fact_value(detail: Any) -> SafeString | str:
+    """A fact of a held call's subject as a page shows it: a moment as a date, anything else as
+    its text (approvals.selectors.Detail)."""
+    if getattr(detail, "moment", None) is not None:
+        return moment(detail.moment)
+    return str(detail.value)
+
+
 @register.filter
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
@@ -80,6 +90,8 @@ EVENT_VERBS = {
     "failed": "failed: nothing moved",
     "unknown": "could not learn the outcome",
     "reconciled": "reconciled it with the system of record",
+    "edited": "edited it before approving",
+    "superseded": "edited it into another call, which takes its place",
 }
 
 
