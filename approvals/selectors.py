@@ -201,7 +201,8 @@ class EditField:
 
 
 def edit_fields(confirmation: Confirmation) -> tuple[EditField, ...]:
-    """What of a held call its tool lets a reviewer change, each with its rule (ToolSpec.editable)."""
+    """What of a held call its tool lets a reviewer change, each with its rule
+    (ToolSpec.editable)."""
     spec = tool_registry.get(confirmation.tool)
     arguments = confirmation.arguments if isinstance(confirmation.arguments, Mapping) else {}
     if spec is None:
