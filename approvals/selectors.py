@@ -198,6 +198,8 @@ class EditField:
     value: str = ""
     currency: str = ""
     entries: tuple[tuple[int, str], ...] = ()
+    # What the model asked, as people read it (R$ 80,00).
+    asked: str = ""
 
 
 def edit_fields(confirmation: Confirmation) -> tuple[EditField, ...]:
@@ -217,11 +219,16 @@ def edit_fields(confirmation: Confirmation) -> tuple[EditField, ...]:
             fields.append(EditField(name, label, rule.words, "list", entries=entries))
         elif isinstance(asked, int) and name == spec.amount_field and confirmation.currency:
             value = major_units(asked, confirmation.currency)
+            shown = money(asked, confirmation.currency)
             fields.append(
-                EditField(name, "amount", rule.words, "amount", value, confirmation.currency)
+                EditField(
+                    name, "amount", rule.words, "amount", value, confirmation.currency, asked=shown
+                )
             )
         elif isinstance(asked, int):
-            fields.append(EditField(name, label, rule.words, "number", str(asked)))
+            fields.append(
+                EditField(name, label, rule.words, "number", str(asked), asked=str(asked))
+            )
     return tuple(fields)
 
 

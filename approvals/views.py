@@ -84,13 +84,19 @@ def queue(request: HttpRequest) -> HttpResponse:
         "stuck_after_minutes": settings.TOOLGATE_STUCK_AFTER_MINUTES,
     }
     if getattr(request, "htmx", False):
-        # The page's own refresh: the items again, and a word about each one it showed that
-        # someone else (or the expiry) settled meanwhile.
-        still_pending = {item.id for item in items}
-        shown = [cid for cid in request.GET.getlist("shown") if cid not in still_pending]
-        context["decided_elsewhere"] = selectors.decided_elsewhere(shown, reader=reader)
+        context["decided_elsewhere"] = _decided_elsewhere(request, items, reader)
         return render(request, "approvals/_queue.html", context)
     return render(request, "approvals/queue.html", context)
+
+
+def _decided_elsewhere(
+    request: HttpRequest, items: list[selectors.ReviewItem], reader: User
+) -> list[selectors.DecidedElsewhere]:
+    """The page's own refresh: a word about each item it showed that someone else (or the
+    expiry) settled meanwhile."""
+    still_pending = {item.id for item in items}
+    shown = [cid for cid in request.GET.getlist("shown") if cid not in still_pending]
+    return selectors.decided_elsewhere(shown, reader=reader)
 
 
 @require_GET
@@ -109,9 +115,7 @@ def triage(request: HttpRequest) -> HttpResponse:
         "next": here,
     }
     if getattr(request, "htmx", False):
-        still_pending = {item.id for item in items}
-        shown = [cid for cid in request.GET.getlist("shown") if cid not in still_pending]
-        context["decided_elsewhere"] = selectors.decided_elsewhere(shown, reader=reader)
+        context["decided_elsewhere"] = _decided_elsewhere(request, items, reader)
         return render(request, "approvals/_triage.html", context)
     return render(request, "approvals/triage.html", context)
 

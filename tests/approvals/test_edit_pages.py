@@ -4,6 +4,8 @@ its rule; it needs its CSRF token; what it refuses is said in words and changes 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -54,7 +56,10 @@ def test_the_card_offers_only_the_amount_with_its_rule_in_the_orders_currency(
 
 
 def test_a_reviewer_approves_less_than_asked_from_the_card(
-    client: Client, reviewer: User, hold_refund: HoldRefund, django_capture_on_commit_callbacks
+    client: Client,
+    reviewer: User,
+    hold_refund: HoldRefund,
+    django_capture_on_commit_callbacks: Callable[..., Any],
 ) -> None:
     held = hold_refund(8_000)
     client.force_login(reviewer)
