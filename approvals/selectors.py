@@ -825,11 +825,9 @@ def hold_explanation(
         if isinstance(movement, Mapping) and isinstance(movement.get("amount_cents"), int)
     )
     if kind == "amount":
-        # The policy's line is on money, whatever the tool moves it for: a cancellation's
-        # reason speaks of money that moves, not of a refund.
         summary = (
             f"{amount('amount_cents')} is not below {amount('auto_approve_below_cents')}, "
-            "the most this agent may move without a human."
+            f"the most this agent may {words.verb} without a human."
         )
     elif kind == "window_sum":
         on_its_way = data.get("held_cents") or data.get("reviewed_cents")

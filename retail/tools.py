@@ -732,7 +732,8 @@ def calculate(
     "was paid is refunded to the methods that paid it. Moves money; may be held for a human.",
     codes=(*_PENDING, PAYMENT_METHOD_NOT_FOUND),
     moves_money=True,
-    words=ToolWords(noun="cancellation", plural="cancellations", verb="refund", past="refunded"),
+    # A held cancellation's reason speaks of the money it moves back, not of a refund asked.
+    words=ToolWords(noun="cancellation", plural="cancellations", verb="move", past="refunded"),
 )
 def cancel_pending_order(
     book: RetailBook, args: CancelPendingOrderArguments, order: Any, user: UserView

@@ -49,6 +49,6 @@ class ToolWords:
     # "a refund", "refunds": what is waiting, and what a duplicate would repeat.
     noun: str
     plural: str
-    # The action as a verb, and its past ("already refunded to this customer").
+    # "the most this agent may refund without a human", "already refunded to this customer".
     verb: str
     past: str

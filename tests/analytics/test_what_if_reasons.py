@@ -105,7 +105,7 @@ def test_a_call_held_for_its_amount_says_the_amount() -> None:
     verdict = last_verdict(draft, refund(0, 2_500))
 
     assert said(verdict, draft) == (
-        "R$ 25,00 is not below R$ 10,00, the most this agent may move without a human "
+        "R$ 25,00 is not below R$ 10,00, the most this agent may refund without a human "
         "(in force: R$ 50,00)."
     )
 
