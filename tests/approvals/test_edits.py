@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from approvals.models import ConfirmationEvent
+from approvals.models import ConfirmationEvent, WebhookDelivery
 from approvals.services import (
     AlreadyDecided,
     EditRefused,
@@ -291,3 +291,27 @@ def test_a_superseded_call_cannot_be_approved_after_its_edit(
         confirmation_approve(confirmation_id=held.pk, reviewer=reviewers[1])
 
     assert ledger(order) == [6_000]
+
+
+def test_the_agents_webhook_hears_the_held_call_superseded_and_the_edited_one_executed(
+    held_refund: HeldRefund,
+    holding_agent: Agent,
+    reviewers: list[User],
+    order: Order,
+    django_capture_on_commit_callbacks: Capture,
+) -> None:
+    held = held_refund(8_000)
+    Agent.objects.filter(pk=holding_agent.pk).update(webhook_url="https://hooks.example.com/t")
+
+    with django_capture_on_commit_callbacks(execute=False):
+        edited = confirmation_edit_approve(
+            confirmation_id=held.pk, reviewer=reviewers[0], changes={"amount_cents": 6_000}
+        )
+
+    told = {
+        (delivery.confirmation_id, delivery.event): delivery.payload["confirmation"]
+        for delivery in WebhookDelivery.objects.all()
+    }
+    assert told[(held.pk, "superseded")]["superseded_by"] == edited.pk
+    assert told[(edited.pk, "approved")]["edited_from"]["arguments"]["amount_cents"] == 8_000
+    assert told[(edited.pk, "approved")]["arguments"]["amount_cents"] == 6_000
