@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.http import QueryDict
 from django.test import Client
 
+from approvals.forms import EditInvalid, edit_changes
+from approvals.selectors import EditField
 from dispatch.models import Confirmation, ConfirmationStatus, Movement
 from orders.models import Refund
 from tests.approvals.conftest import HoldRefund
@@ -130,3 +133,21 @@ def test_an_edit_is_posted_not_fetched(
 
     assert response.status_code == 405
     untouched(held)
+
+
+@pytest.mark.parametrize("kept", [["7"], ["x"], ["-1"]])
+def test_a_list_edit_offers_only_the_entries_asked(kept: list[str]) -> None:
+    field = EditField("item_ids", "item ids", "may only shrink", "list", entries=((0, "a"),))
+    data = QueryDict(mutable=True)
+    data.setlist("item_ids", kept)
+
+    with pytest.raises(EditInvalid, match="choose among the entries asked"):
+        edit_changes(data, [field], {"item_ids": ["a"]})
+
+
+def test_a_list_edit_keeps_the_entries_left_ticked_in_their_order() -> None:
+    field = EditField("item_ids", "item ids", "may only shrink", "list")
+    data = QueryDict(mutable=True)
+    data.setlist("item_ids", ["2", "0"])
+
+    assert edit_changes(data, [field], {"item_ids": ["a", "b", "c"]}) == {"item_ids": ["a", "c"]}

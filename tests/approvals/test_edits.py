@@ -14,6 +14,7 @@ from approvals.models import ConfirmationEvent, WebhookDelivery
 from approvals.services import (
     AlreadyDecided,
     EditRefused,
+    PossibleDuplicate,
     SecondLookRequired,
     confirmation_approve,
     confirmation_edit_approve,
@@ -315,3 +316,27 @@ def test_the_agents_webhook_hears_the_held_call_superseded_and_the_edited_one_ex
     assert told[(held.pk, "superseded")]["superseded_by"] == edited.pk
     assert told[(edited.pk, "approved")]["edited_from"]["arguments"]["amount_cents"] == 8_000
     assert told[(edited.pk, "approved")]["arguments"]["amount_cents"] == 6_000
+
+
+def test_an_edited_possible_duplicate_stays_one_and_needs_the_reviewers_word(
+    held_refund: HeldRefund, reviewers: list[User], order: Order
+) -> None:
+    held_refund(8_000)
+    twin = held_refund(8_000, session="s-2")
+    assert twin.duplicate_of
+
+    with pytest.raises(PossibleDuplicate):
+        confirmation_edit_approve(
+            confirmation_id=twin.pk, reviewer=reviewers[0], changes={"amount_cents": 6_000}
+        )
+    assert Confirmation.objects.filter(edited_from=twin.pk).count() == 0
+
+    edited = confirmation_edit_approve(
+        confirmation_id=twin.pk,
+        reviewer=reviewers[0],
+        changes={"amount_cents": 6_000},
+        separate=True,
+    )
+
+    assert edited.duplicate_of == twin.duplicate_of
+    assert ConfirmationEvent.objects.filter(confirmation=edited, kind="separate").exists()
