@@ -75,6 +75,7 @@ def test_a_reviewer_returns_fewer_items_and_the_edited_money_counts_instead(
 
     edited.refresh_from_db()
     assert edited.status == "executed", edited.result
+    assert held_return.amount_cents is not None
     assert edited.amount_cents == price < held_return.amount_cents
     assert Movement.objects.get(key=edited.execution_key).approval == "reviewer"
     assert live_money() == [(edited.pk, price)]
