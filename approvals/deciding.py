@@ -1,4 +1,5 @@
-"""What reviewers do with held calls: approve (a vote, or the decision) and reject.
+"""What reviewers do with held calls: approve (a vote, or the decision), edit then approve, and
+reject.
 
 Who may approve, and what an approval does, is dispatch.pipeline.decision's to say: this module
 reads its inputs from the database (the same way the reviewer's pages read them, with the
@@ -7,6 +8,7 @@ functions below), enforces the Decision it returns, and writes it.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -20,6 +22,7 @@ from approvals.errors import (
     AlreadyDecided,
     ConfirmationError,
     ConfirmationNotFound,
+    EditRefused,
     NeedsCard,
     ReasonRequired,
     RecheckUnavailable,
@@ -28,11 +31,12 @@ from approvals.events import confirmation_locked, event_append
 from approvals.executing import confirmation_move, expire_if_due
 from approvals.models import EventKind, ReviewerLimit, Vote
 from approvals.reviewers import REVIEWERS_GROUP
-from dispatch.held_money import held_money_sum
+from dispatch.held_money import held_money_edited, held_money_sum
 from dispatch.models import Agent, Confirmation, ConfirmationStatus
 from dispatch.money import money
 from dispatch.pipeline import codes
 from dispatch.pipeline.allowance import HeldSum
+from dispatch.pipeline.canonical import arguments_hash, canonical_json
 from dispatch.pipeline.decision import (
     CastVote,
     HeldCall,
@@ -42,6 +46,7 @@ from dispatch.pipeline.decision import (
     closed_reason,
     withdrawal_refusal,
 )
+from dispatch.pipeline.edits import EditedCall, edit_judge
 from dispatch.pipeline.engine import Refusal, recheck
 from dispatch.pipeline.policy import Policy as PolicySnapshot
 from dispatch.pipeline.results import make_result
@@ -190,6 +195,130 @@ def _approve(
         actor=reviewer,
         data={**_sum_data(customer_sum), **({"channel": channel} if channel else {})},
         decided_at=now,
+    )
+
+
+def confirmation_edit_approve(
+    *,
+    confirmation_id: str,
+    reviewer: User,
+    changes: Mapping[str, Any],
+    now: datetime | None = None,
+    separate: bool = False,
+    confirmed: bool = False,
+) -> Confirmation:
+    """Edit a held call as its tool allows (`changes`: only its editable arguments), then
+    approve the edited call, in one transaction.
+
+    The held call's arguments never change: the edit is a new confirmation (edited_from names
+    the held one), which keeps its key and its expiry, inherits its duplicate_of, starts with no
+    votes and is judged again by the whole pipeline (schema, checks, the customer's sum, the
+    reviewer's limit) as confirmation_approve judges it. The held one becomes superseded; its
+    money stops counting and the edited amount counts instead. An edit the tool's rules or the
+    pipeline refuse raises EditRefused; an approval of the edited call that is refused (a
+    possible duplicate, a second look) raises its refusal, and then the edit is not made
+    either: nothing changes. Returns the edited confirmation."""
+    return _raise_refusal(
+        _edit_approve(
+            confirmation_id, reviewer, changes, now or timezone.now(), separate, confirmed
+        )
+    )
+
+
+@transaction.atomic
+def _edit_approve(
+    confirmation_id: str,
+    reviewer: User,
+    changes: Mapping[str, Any],
+    now: datetime,
+    separate: bool,
+    confirmed: bool,
+) -> Confirmation | ConfirmationError:
+    original = confirmation_locked(confirmation_id)
+    closed = closed_reason(held_call_of(original), now)
+    if closed is not None:
+        expire_if_due(original, now)
+        return AlreadyDecided(closed, original)
+    policy = decision_policy(
+        Agent.objects.select_related("current_policy").get(pk=original.agent_id)
+    )
+    if policy is None:
+        return EditRefused(
+            "The agent has no active policy any more: nothing it asks can be edited into a call "
+            "that executes. Reject it.",
+            original,
+        )
+    judged = edit_judge(
+        tool_registry,
+        policy,
+        tool=original.tool,
+        asked=original.arguments,
+        changes=changes,
+        customer_id=original.customer_id,
+        asked_amount_cents=original.amount_cents,
+    )
+    if not isinstance(judged, EditedCall):
+        return EditRefused(judged.message, original)
+
+    edited = _edited_confirmation(original, judged, policy.version, now)
+    before = {name: asked for name, (asked, _) in judged.changed.items()}
+    after = {name: value for name, (_, value) in judged.changed.items()}
+    changed_words = ", ".join(
+        f"{name} {asked} → {value}" for name, (asked, value) in judged.changed.items()
+    )
+    event_append(
+        edited,
+        EventKind.EDITED,
+        reviewer,
+        now,
+        f"Edited before approval from {original.pk}: {changed_words}.",
+        {"edited_from": original.pk, "before": before, "after": after},
+    )
+    confirmation_move(
+        original,
+        ConfirmationStatus.SUPERSEDED,
+        at=now,
+        event=EventKind.SUPERSEDED,
+        actor=reviewer,
+        message=f"Edited into {edited.pk}: {changed_words}.",
+        data={"edited_into": edited.pk, "before": before, "after": after},
+        decided_at=now,
+        decision_code=ConfirmationStatus.SUPERSEDED.upper(),
+        decision_reason=f"A reviewer edited it before approving ({changed_words}); "
+        f"confirmation {edited.pk} takes its place.",
+    )
+    held_money_edited(original=original, edited=edited, now=now)
+    approved = _approve(edited.pk, reviewer, now, separate, confirmed)
+    if isinstance(approved, ConfirmationError):
+        # Raised inside the transaction: the edit is undone with the approval it could not get.
+        raise type(approved)(approved.message, original)
+    return approved
+
+
+def _edited_confirmation(
+    original: Confirmation, judged: EditedCall, policy_version: int, now: datetime
+) -> Confirmation:
+    money = judged.money
+    return Confirmation.objects.create(
+        id=uuid.uuid4().hex,
+        # Its key: the model sending its call again gets this one's state, not a new hold.
+        key=original.key,
+        tool=original.tool,
+        arguments=judged.arguments,
+        arguments_hash=arguments_hash(canonical_json(judged.arguments)),
+        agent_id=original.agent_id,
+        session_id=original.session_id,
+        customer_id=original.customer_id,
+        policy_version=policy_version,
+        reviewers_required=original.reviewers_required,
+        amount_cents=None if money is None else money.amount_cents,
+        currency=original.currency if money is None else money.currency,
+        hold_reason=original.hold_reason,
+        host_context=original.host_context,
+        duplicate_of=original.duplicate_of,
+        edited_from=original.pk,
+        created_at=now,
+        expires_at=original.expires_at,
     )
 
 

@@ -66,6 +66,13 @@ class NeedsCard(ConfirmationError):
     code = "needs_card"
 
 
+class EditRefused(ConfirmationError):
+    """An edit the tool's rules do not allow (a larger amount, another order), or whose call does
+    not pass the pipeline's judgement again; nothing is changed."""
+
+    code = "edit_refused"
+
+
 class NotReconcilable(ConfirmationError):
     """Only an execution whose outcome is unknown is reconciled."""
 

@@ -36,6 +36,7 @@ from dispatch.held_money import (
 )
 from dispatch.models import Confirmation, ConfirmationStatus
 from dispatch.pipeline import codes
+from dispatch.pipeline.edits import edited_result
 from dispatch.pipeline.engine import RetryPolicy, execute_with_retries
 from dispatch.pipeline.results import CallResult, make_result
 from dispatch.pipeline.state import KeyStatus
@@ -91,6 +92,9 @@ def confirmation_move(
         held_key_settle(
             confirmation=confirmation, status=KeyStatus.COMPLETED, result=result, live=False
         )
+    elif status == ConfirmationStatus.SUPERSEDED:
+        # Its money and its key go to the edited call (dispatch.held_money.held_money_edited).
+        pass
     elif status in (ConfirmationStatus.REJECTED, ConfirmationStatus.FAILED):
         held_money_released(confirmation=confirmation, now=at)
         # An identical call replays the rejection, or the failure.
@@ -215,6 +219,13 @@ def confirmation_execute(*, confirmation_id: str, now: datetime | None = None) -
             retry=RetryPolicy(),
             sleep=time.sleep,
         )
+    if confirmation.edited_from:
+        asked = (
+            Confirmation.objects.filter(pk=confirmation.edited_from)
+            .values_list("arguments", flat=True)
+            .get()
+        )
+        result = edited_result(result, asked=asked, executed=confirmation.arguments)
     return _settle_execution(confirmation_id, result, status, given)
 
 

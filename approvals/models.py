@@ -85,6 +85,10 @@ class EventKind(models.TextChoices):
     # shortly before it expires.
     ESCALATED = "escalated"
     REMINDED = "reminded"
+    # A reviewer changed the held call before approving: on the edited call, who, and its
+    # arguments before and after; on the original, the call that took its place.
+    EDITED = "edited"
+    SUPERSEDED = "superseded"
 
 
 class ConfirmationEvent(models.Model):

@@ -30,7 +30,7 @@ from approvals.models import ConfirmationEvent, EventKind, Vote
 from approvals.reviewers import REVIEWERS_GROUP as REVIEWERS_GROUP
 from dispatch.held_money import HeldStanding, held_money_of, held_money_standing
 from dispatch.models import AuditRecord, Confirmation, ConfirmationStatus, Movement
-from dispatch.money import money
+from dispatch.money import major_units, money
 from dispatch.pipeline.allowance import HELD, HeldSum
 from dispatch.pipeline.decision import ApprovalNeeds as ApprovalNeeds
 from dispatch.pipeline.decision import (
@@ -42,7 +42,7 @@ from dispatch.pipeline.decision import (
 from dispatch.pipeline.decision import Voter as Voter
 from dispatch.pipeline.policy import Policy as PolicySnapshot
 from dispatch.pipeline.review import Fact, FactKind, ReviewView, ToolWords
-from dispatch.pipeline.tools import ToolSpec, held_plurals
+from dispatch.pipeline.tools import EditRule, ToolSpec, held_plurals
 from dispatch.registry import tool_registry
 
 # How many pending items the queue shows at once: each reads its subject and its conversation,
@@ -56,6 +56,7 @@ DECISION_EVENTS = (
     EventKind.REJECTED,
     EventKind.EXPIRED,
     EventKind.INVALIDATED,
+    EventKind.SUPERSEDED,
 )
 IN_FLIGHT = (ConfirmationStatus.APPROVED, ConfirmationStatus.EXECUTING)
 
@@ -183,6 +184,54 @@ class Detail:
     moment: datetime | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class EditField:
+    """An argument a reviewer may change before approving, as the card's edit form shows it:
+    an amount in major units of its currency, a whole number, or a list whose entries may be
+    left out (each offered by its position, checked)."""
+
+    argument: str
+    label: str
+    rule: str
+    # "amount", "number" or "list".
+    kind: str
+    value: str = ""
+    currency: str = ""
+    entries: tuple[tuple[int, str], ...] = ()
+    # What the model asked, as people read it (R$ 80,00).
+    asked: str = ""
+
+
+def edit_fields(confirmation: Confirmation) -> tuple[EditField, ...]:
+    """What of a held call its tool lets a reviewer change, each with its rule
+    (ToolSpec.editable)."""
+    spec = tool_registry.get(confirmation.tool)
+    arguments = confirmation.arguments if isinstance(confirmation.arguments, Mapping) else {}
+    if spec is None:
+        return ()
+    fields = []
+    for editable in spec.editable:
+        name, rule = editable.argument, editable.rule
+        asked = arguments.get(name)
+        label = name.replace("_", " ")
+        if rule is EditRule.ONLY_FEWER and isinstance(asked, list):
+            entries = tuple((index, str(entry)) for index, entry in enumerate(asked))
+            fields.append(EditField(name, label, rule.words, "list", entries=entries))
+        elif isinstance(asked, int) and name == spec.amount_field and confirmation.currency:
+            value = major_units(asked, confirmation.currency)
+            shown = money(asked, confirmation.currency)
+            fields.append(
+                EditField(
+                    name, "amount", rule.words, "amount", value, confirmation.currency, asked=shown
+                )
+            )
+        elif isinstance(asked, int):
+            fields.append(
+                EditField(name, label, rule.words, "number", str(asked), asked=str(asked))
+            )
+    return tuple(fields)
+
+
 # The words for a call whose tool is gone from the registry.
 PLAIN_WORDS = ToolWords(noun="call", plural="calls", verb="move", past="moved")
 
@@ -230,6 +279,13 @@ class ReviewItem:
     @property
     def title(self) -> str:
         return " ".join(part for part in (self.amount, self.subject) if part)
+
+    @property
+    def edits(self) -> tuple[EditField, ...]:
+        """What a reviewer may change before approving it, while it waits."""
+        if self.status != ConfirmationStatus.PENDING:
+            return ()
+        return edit_fields(self.confirmation)
 
     @property
     def subject_gone(self) -> bool:

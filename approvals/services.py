@@ -11,8 +11,8 @@ second confirmation for a call that was approved.
 
 This module is their one door for the rest of the project; they live by concern in
 
-- approvals.deciding: approve and reject, enforcing dispatch.pipeline.decision's Decision, and
-  the host's withdrawal;
+- approvals.deciding: approve, edit then approve, and reject, enforcing
+  dispatch.pipeline.decision's Decision, and the host's withdrawal;
 - approvals.executing: every move's after-steps (confirmation_move), the execution with its
   lease, its settling, the reconciliation, the expiry and the resending sweeps;
 - approvals.events: the locked row and the chained event log; approvals.errors: the refusals'
@@ -24,6 +24,7 @@ The Celery tasks (approvals.tasks) import these; these send the tasks by name, n
 from approvals.deciding import (
     MAX_REASON_CHARS,
     confirmation_approve,
+    confirmation_edit_approve,
     confirmation_reject,
     confirmation_withdraw,
 )
@@ -33,6 +34,7 @@ from approvals.errors import (
     AlreadyVoted,
     ConfirmationError,
     ConfirmationNotFound,
+    EditRefused,
     NeedsCard,
     NotReconcilable,
     PossibleDuplicate,
@@ -62,6 +64,7 @@ __all__ = [
     "AlreadyVoted",
     "ConfirmationError",
     "ConfirmationNotFound",
+    "EditRefused",
     "NeedsCard",
     "NotReconcilable",
     "PossibleDuplicate",
@@ -69,6 +72,7 @@ __all__ = [
     "RecheckUnavailable",
     "SecondLookRequired",
     "confirmation_approve",
+    "confirmation_edit_approve",
     "confirmation_execute",
     "confirmation_expire",
     "confirmation_reconcile",

@@ -1,5 +1,6 @@
-"""The confirmations' table: one row a held call, sortable, paginated (django-tables2). The
-approvals' history and the records' confirmations list with it, each naming its columns."""
+"""The confirmations' tables (django-tables2): one row a held call, sortable, paginated, which
+the approvals' history and the records' confirmations list with, each naming its columns; and
+the queue's compact list, one row a call waiting for a decision."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from approvals.models import ConfirmationEvent
-from approvals.selectors import deciders, effective_status
-from approvals.templatetags.review import status_pill
+from approvals.selectors import ReviewItem, deciders, effective_status
+from approvals.templatetags.review import moment, status_pill
 from dispatch.models import Confirmation
 from dispatch.money import money
 from dispatch.registry import tool_registry
@@ -160,4 +161,117 @@ class ConfirmationTable(tables.Table):  # type: ignore[misc]
             '<a href="{}" aria-label="Details of {}">Details</a>',
             self.detail_url(record.pk),
             record.pk,
+        )
+
+
+def _triage_row_id(record: ReviewItem) -> str:
+    return f"row-{record.id}"
+
+
+class TriageTable(tables.Table):  # type: ignore[misc]
+    """The queue as a compact list: one row a held call, as it waits (amount, what, customer, why
+    it was held, when it expires, the approvals so far), the soonest to expire first. Each row
+    is an item of the queue's keys; choosing it opens its card, where everything a decision
+    needs is. A row approves directly only what one click settles as the card would: a call
+    that asks for a reviewer's word (a possible duplicate) or a second look opens its card."""
+
+    amount = tables.Column(
+        verbose_name="Amount",
+        empty_values=(),
+        attrs={"td": {"class": "num amount"}, "th": {"class": "num"}},
+    )
+    what = tables.Column(verbose_name="What", empty_values=(), attrs={"td": {"class": "what"}})
+    customer = tables.Column(
+        verbose_name="Customer", empty_values=(), attrs={"td": {"class": "id customer"}}
+    )
+    why = tables.Column(verbose_name="Why held", empty_values=(), attrs={"td": {"class": "why"}})
+    expires = tables.Column(
+        verbose_name="Expires", empty_values=(), attrs={"td": {"class": "expires"}}
+    )
+    votes = tables.Column(
+        verbose_name="Approvals", empty_values=(), attrs={"td": {"class": "votes"}}
+    )
+    decide = tables.Column(
+        verbose_name=format_html('<span class="sr-only">{}</span>', "Decide"),
+        empty_values=(),
+        attrs={"td": {"class": "decide"}},
+    )
+
+    class Meta:
+        orderable = False
+        empty_text = ""
+        attrs = {"class": "triage"}
+        row_attrs = {
+            "class": lambda record: "item soon" if record.expiring_soon else "item",
+            "id": _triage_row_id,
+            "tabindex": "-1",
+        }
+
+    def __init__(self, data: Sequence[ReviewItem], *, next_url: str, csrf_token: str) -> None:
+        super().__init__(data)
+        self.next_url = next_url
+        self.csrf_token = csrf_token
+
+    def render_amount(self, record: ReviewItem) -> str:
+        return record.amount or "—"
+
+    def render_what(self, record: ReviewItem) -> SafeString:
+        return format_html(
+            '<a class="detail-link" href="{}">{}{}</a>',
+            _reviewer_detail_url(record.id),
+            record.tool_label,
+            format_html(' · <span class="id">{}</span>', record.subject) if record.subject else "",
+        )
+
+    def render_customer(self, record: ReviewItem) -> str:
+        return record.confirmation.customer_id
+
+    def render_why(self, record: ReviewItem) -> SafeString | str:
+        flags = []
+        if record.duplicate is not None and record.duplicate.needs_word:
+            flags.append(format_html('<span class="flag">{}</span> ', "Possible duplicate"))
+        summary = record.hold.summary if record.hold is not None else ""
+        return format_html(
+            '{}<span title="{}">{}</span>', SafeString("".join(flags)), summary, summary or "—"
+        )
+
+    def render_expires(self, record: ReviewItem) -> SafeString | str:
+        return moment(record.confirmation.expires_at)
+
+    def render_votes(self, record: ReviewItem) -> str:
+        approvals = record.approvals
+        return f"{len(approvals.voters)} of {approvals.required}"
+
+    def render_decide(self, record: ReviewItem) -> SafeString:
+        card = _reviewer_detail_url(record.id)
+        asks_more = (record.duplicate is not None and record.duplicate.needs_word) or (
+            record.second_look is not None
+        )
+        yours = record.approvals.yours
+        if yours == "voted":
+            return format_html('<span class="muted">You approved</span>')
+        if asks_more:
+            return format_html(
+                '<a href="{}" class="open" title="It asks more than a click: decide on its card">'
+                "Open…</a>",
+                card,
+            )
+        label = "Vote" if yours == "votes" else "Approve"
+        return format_html(
+            '<form class="approve" method="post" action="{}">'
+            '<input type="hidden" name="csrfmiddlewaretoken" value="{}">'
+            '<input type="hidden" name="next" value="{}">'
+            '<button type="submit" aria-label="{} {}" title="{}">{}</button></form>'
+            '<a class="reject-link" href="{}?reject=1" aria-label="Reject {}">Reject…</a>',
+            reverse("approvals:approve", args=[record.id]),
+            self.csrf_token,
+            self.next_url,
+            label,
+            record.title,
+            "Your approval counts as a vote; another reviewer's is needed too"
+            if yours == "votes"
+            else "Your approval executes it",
+            label,
+            card,
+            record.title,
         )

@@ -6,6 +6,7 @@ app_name = "approvals"
 
 urlpatterns = [
     path("", views.queue, name="queue"),
+    path("list/", views.triage, name="triage"),
     path("history/", views.history, name="history"),
     path("reconciliation/", views.reconciliation, name="reconciliation"),
     path("mail/<str:token>/", channel_views.mail_link, name="mail_link"),
@@ -14,6 +15,7 @@ urlpatterns = [
     path("slack/link", channel_views.slack_link, name="slack_link"),
     path("<slug:confirmation_id>/", views.detail, name="detail"),
     path("<slug:confirmation_id>/approve", views.approve, name="approve"),
+    path("<slug:confirmation_id>/edit", views.edit, name="edit"),
     path("<slug:confirmation_id>/reject", views.reject, name="reject"),
     path("<slug:confirmation_id>/reconcile", views.reconcile, name="reconcile"),
 ]

@@ -16,6 +16,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.middleware.csrf import get_token
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -24,10 +25,10 @@ from django_tables2 import RequestConfig
 
 from approvals import selectors, services
 from approvals.filters import HistoryFilter
-from approvals.forms import RejectForm
+from approvals.forms import EditInvalid, RejectForm, edit_changes
 from approvals.notifications import failing_channels
 from approvals.reviewers import REVIEWERS_GROUP, is_reviewer
-from approvals.tables import ConfirmationTable
+from approvals.tables import ConfirmationTable, TriageTable
 from dispatch.models import Confirmation, ConfirmationStatus
 
 HISTORY_PAGE_SIZE = 25
@@ -87,13 +88,40 @@ def queue(request: HttpRequest) -> HttpResponse:
         "slack_configured": bool(settings.SLACK_SIGNING_SECRET),
     }
     if getattr(request, "htmx", False):
-        # The page's own refresh: the items again, and a word about each one it showed that
-        # someone else (or the expiry) settled meanwhile.
-        still_pending = {item.id for item in items}
-        shown = [cid for cid in request.GET.getlist("shown") if cid not in still_pending]
-        context["decided_elsewhere"] = selectors.decided_elsewhere(shown, reader=reader)
+        context["decided_elsewhere"] = _decided_elsewhere(request, items, reader)
         return render(request, "approvals/_queue.html", context)
     return render(request, "approvals/queue.html", context)
+
+
+def _decided_elsewhere(
+    request: HttpRequest, items: list[selectors.ReviewItem], reader: User
+) -> list[selectors.DecidedElsewhere]:
+    """The page's own refresh: a word about each item it showed that someone else (or the
+    expiry) settled meanwhile."""
+    still_pending = {item.id for item in items}
+    shown = [cid for cid in request.GET.getlist("shown") if cid not in still_pending]
+    return selectors.decided_elsewhere(shown, reader=reader)
+
+
+@require_GET
+@reviewer_required
+def triage(request: HttpRequest) -> HttpResponse:
+    """The queue as a compact list, a row a held call; choosing a row opens its card."""
+    reader = _reader(request)
+    items = selectors.queue_items(reader=reader, limit=selectors.QUEUE_SHOWN)
+    here = reverse("approvals:triage")
+    context = {
+        "items": items,
+        "table": TriageTable(items, next_url=here, csrf_token=get_token(request)),
+        "pending_total": selectors.pending_count(),
+        "what_is_held": selectors.what_is_held(),
+        "refresh_seconds": settings.TOOLGATE_QUEUE_REFRESH_SECONDS,
+        "next": here,
+    }
+    if getattr(request, "htmx", False):
+        context["decided_elsewhere"] = _decided_elsewhere(request, items, reader)
+        return render(request, "approvals/_triage.html", context)
+    return render(request, "approvals/triage.html", context)
 
 
 @require_GET
@@ -105,7 +133,12 @@ def detail(request: HttpRequest, confirmation_id: str) -> HttpResponse:
     return render(
         request,
         "approvals/detail.html",
-        {"item": item, "next": reverse("approvals:detail", args=[item.id])},
+        {
+            "item": item,
+            "next": reverse("approvals:detail", args=[item.id]),
+            # From the list's Reject: the card opens with its reason to write.
+            "reject_open": request.GET.get("reject") == "1",
+        },
     )
 
 
@@ -147,6 +180,41 @@ def approve(request: HttpRequest, confirmation_id: str) -> HttpResponse:
         messages.error(request, exc.message)
     else:
         _tell_outcome(request, confirmation)
+    return _back(request, confirmation_id)
+
+
+@require_POST
+@reviewer_required
+def edit(request: HttpRequest, confirmation_id: str) -> HttpResponse:
+    """Edit a held call as its tool allows, then approve the edited call (a new confirmation,
+    which takes its place). A refused edit changes nothing and says why."""
+    confirmation = Confirmation.objects.filter(pk=confirmation_id).first()
+    if confirmation is None:
+        raise Http404("No such confirmation.")
+    try:
+        changes = edit_changes(
+            request.POST, selectors.edit_fields(confirmation), confirmation.arguments
+        )
+        edited = services.confirmation_edit_approve(
+            confirmation_id=confirmation_id,
+            reviewer=_reader(request),
+            changes=changes,
+            separate=request.POST.get("separate") == "yes",
+            confirmed=request.POST.get("confirmed") == "yes",
+        )
+    except EditInvalid as exc:
+        messages.error(request, f"Not edited: {exc}")
+        return _back(request, confirmation_id)
+    except services.ConfirmationError as exc:
+        messages.error(request, f"Not edited: {exc.message}")
+        return _back(request, confirmation_id)
+    _tell_outcome(request, edited)
+    on_its_page = reverse("approvals:detail", args=[confirmation_id])
+    if _next(request, "") == on_its_page:
+        # Its page now shows a superseded call: the edited one's instead.
+        response = HttpResponseRedirect(reverse("approvals:detail", args=[edited.pk]))
+        response.status_code = 303
+        return response
     return _back(request, confirmation_id)
 
 

@@ -47,6 +47,7 @@ WEBHOOK_EVENTS = frozenset(
         "expired",
         "invalidated",
         "withdrawn",
+        "superseded",
         "executed",
         "failed",
         "unknown",

@@ -110,12 +110,12 @@ class ConfirmationDoc(BaseModel):
 
     confirmation_id: str
     status: str = Field(
-        description="pending, approved, executing, executed, failed, unknown, rejected, expired "
-        "or invalidated"
+        description="pending, approved, executing, executed, failed, unknown, rejected, expired, "
+        "invalidated or superseded (a reviewer edited it: follow superseded_by)"
     )
     final: bool = Field(
-        description="true once nothing follows (executed, failed, unknown, rejected, expired or "
-        "invalidated): stop polling"
+        description="true once nothing follows (executed, failed, unknown, rejected, expired, "
+        "invalidated or superseded): stop polling"
     )
     tool: str
     summary: str = Field(
@@ -134,6 +134,15 @@ class ConfirmationDoc(BaseModel):
     finished_at: str | None = Field(description="when its execution ended")
     result: dict[str, Any] | None = Field(
         description="the final result contract, with model_text, once final"
+    )
+    edited_from: dict[str, Any] | None = Field(
+        default=None,
+        description="a reviewer's edit: the held call it was made from (its confirmation_id and "
+        "the arguments the model asked)",
+    )
+    superseded_by: str | None = Field(
+        default=None,
+        description="the confirmation a reviewer edited this one into, which executes instead",
     )
 
 

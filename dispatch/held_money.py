@@ -7,6 +7,7 @@ confirmation's execution key) goes:
     held (counts until the expiry) → approved (counts until the execution ends)
         → moved with a reviewer (executed) | released (failed)
     held → released (rejected, expired, invalidated)
+    held → released, and the edited call's amount held under its own key (edited: superseded)
 
 Lock order, the same everywhere, so that decisions and calls never wait on each other in a
 circle:
@@ -149,6 +150,34 @@ def held_money_executed(*, confirmation: Confirmation, now: datetime) -> None:
             "expires_at": None,
             "confirmation_id": confirmation.pk,
         },
+    )
+
+
+def held_money_edited(*, original: Confirmation, edited: Confirmation, now: datetime) -> None:
+    """A reviewer edited the held call: in the decision's transaction, its money stops counting
+    and the edited call's counts instead (held until the same expiry), so that the customer's sum
+    counts the edited amount, never both and never neither; and its key's record now names the
+    edited call, so that the model sending its call again gets the edited call's state."""
+    currency, subject = held_money_of(original)
+    _reservation(original).filter(released_at=None).update(released_at=now)
+    if edited.amount_cents is not None:
+        Movement.objects.create(
+            key=edited.execution_key,
+            agent_id=edited.agent_id,
+            session_id=edited.session_id,
+            customer_id=edited.customer_id,
+            currency=edited.currency or currency,
+            tool=edited.tool,
+            subject=subject,
+            amount_cents=edited.amount_cents,
+            approval=MovementApproval.HELD,
+            at=now,
+            day=now.date(),
+            expires_at=edited.expires_at,
+            confirmation_id=edited.pk,
+        )
+    IdempotencyRecord.objects.filter(key=original.key, confirmation_id=original.pk).update(
+        confirmation_id=edited.pk, confirmation_expires_at=edited.expires_at, updated_at=now
     )
 
 

@@ -253,6 +253,9 @@ class ConfirmationStatus(models.TextChoices):
     INVALIDATED = "invalidated"
     # The agent's host withdrew it before any reviewer approved it; nothing executed.
     WITHDRAWN = "withdrawn"
+    # A reviewer edited it before approving: the edited call (edited_from names this one) takes
+    # its place, its key and its money's place in the customer's sum; nothing of it executes.
+    SUPERSEDED = "superseded"
 
 
 # The one declaration of a confirmation's lifecycle: the statuses each may move to. A row may also
@@ -267,6 +270,7 @@ CONFIRMATION_LIFECYCLE: dict[str, frozenset[str]] = {
             ConfirmationStatus.EXPIRED,
             ConfirmationStatus.INVALIDATED,
             ConfirmationStatus.WITHDRAWN,
+            ConfirmationStatus.SUPERSEDED,
         }
     ),
     ConfirmationStatus.APPROVED: frozenset({ConfirmationStatus.EXECUTING}),
@@ -281,6 +285,7 @@ CONFIRMATION_LIFECYCLE: dict[str, frozenset[str]] = {
     ConfirmationStatus.EXPIRED: frozenset(),
     ConfirmationStatus.INVALIDATED: frozenset(),
     ConfirmationStatus.WITHDRAWN: frozenset(),
+    ConfirmationStatus.SUPERSEDED: frozenset(),
 }
 
 # Settled: nothing follows.
@@ -307,6 +312,7 @@ CONFIRMATION_FROZEN = (
     "hold_reason",
     "host_context",
     "duplicate_of",
+    "edited_from",
     "created_at",
 )
 
@@ -354,6 +360,9 @@ class Confirmation(models.Model):
     # A possible duplicate: the key of the money it may repeat (dispatch.models.Movement), held,
     # approved or executed in another conversation. Approving it takes a reviewer's explicit word.
     duplicate_of = models.CharField(max_length=64, blank=True, default="")
+    # The held call a reviewer edited into this one (now superseded): this one keeps its key, and
+    # what the model asked is that one's arguments.
+    edited_from = models.CharField(max_length=32, blank=True, default="", db_index=True)
     # The head of its event log's chain (approvals.models.ConfirmationEvent), moved with each
     # event under the row's lock.
     event_seq = models.PositiveBigIntegerField(default=0)

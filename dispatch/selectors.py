@@ -88,4 +88,25 @@ def confirmation_state(confirmation: Confirmation) -> dict[str, Any]:
         "finished_at": confirmation.finished_at.isoformat() if confirmation.finished_at else None,
         # The result contract, model_text included, once final.
         "result": confirmation.result,
+        # A reviewer's edit: the held call it was edited from (what the model asked), or the
+        # edited call that took this one's place (follow it: this one never executes).
+        "edited_from": _edited_from(confirmation),
+        "superseded_by": (
+            Confirmation.objects.filter(edited_from=confirmation.pk)
+            .values_list("pk", flat=True)
+            .first()
+            if status == ConfirmationStatus.SUPERSEDED
+            else None
+        ),
     }
+
+
+def _edited_from(confirmation: Confirmation) -> dict[str, Any] | None:
+    if not confirmation.edited_from:
+        return None
+    asked = (
+        Confirmation.objects.filter(pk=confirmation.edited_from)
+        .values_list("arguments", flat=True)
+        .first()
+    )
+    return {"confirmation_id": confirmation.edited_from, "arguments": asked}

@@ -17,6 +17,8 @@ from dispatch.pipeline.review import Fact, FactKind, ReviewView, ToolWords
 from dispatch.pipeline.state import Lookup
 from dispatch.pipeline.tools import (
     CheckContext,
+    Editable,
+    EditRule,
     ExecutionContext,
     MoneyFromArguments,
     Refused,
@@ -246,5 +248,7 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             review=refund_review,
             words=REFUND_WORDS,
             outcome_of=refund_outcome,
+            # A reviewer may approve less than was asked (60.00 of the 80.00), never more.
+            editable=(Editable("amount_cents", EditRule.ONLY_LOWER),),
         ),
     )

@@ -26,6 +26,8 @@ from dispatch.pipeline.codes import Code
 from dispatch.pipeline.review import Fact, FactKind, ReviewView, ToolWords
 from dispatch.pipeline.tools import (
     CheckContext,
+    Editable,
+    EditRule,
     ExecutionContext,
     Money,
     MoneyFromState,
@@ -431,6 +433,8 @@ class Judged:
     moves_money: bool
     words: ToolWords
     answer: Callable[[OrderView | None, UserView], Mapping[str, Any]]
+    # What a reviewer may change before approving (ToolSpec.editable).
+    editable: tuple[Editable, ...] = ()
 
     def spec(self, book: RetailBook) -> ToolSpec[Any]:
         judge = self.judge
@@ -502,6 +506,7 @@ class Judged:
             words=self.words,
             outcome_of=book.outcome,
             money=MoneyFromState(money) if self.moves_money else None,
+            editable=self.editable,
         )
 
 
@@ -547,13 +552,25 @@ def judged(
     moves_money: bool,
     words: ToolWords,
     answer: Callable[[OrderView | None, UserView], Mapping[str, Any]] = _order_answer,
+    editable: tuple[Editable, ...] = (),
 ) -> Callable[[JudgeOf[Args]], JudgeOf[Args]]:
     """Declares the function below as a write, its rule the function."""
 
     def declare(judge: JudgeOf[Args]) -> JudgeOf[Args]:
         name = _named(judge, arguments)
         DESK.append(
-            Judged(name, label, description, arguments, judge, codes, moves_money, words, answer)
+            Judged(
+                name,
+                label,
+                description,
+                arguments,
+                judge,
+                codes,
+                moves_money,
+                words,
+                answer,
+                editable,
+            )
         )
         return judge
 
@@ -715,7 +732,8 @@ def calculate(
     "was paid is refunded to the methods that paid it. Moves money; may be held for a human.",
     codes=(*_PENDING, PAYMENT_METHOD_NOT_FOUND),
     moves_money=True,
-    words=ToolWords(noun="cancellation", plural="cancellations", verb="refund", past="refunded"),
+    # A held cancellation's reason speaks of the money it moves back, not of a refund asked.
+    words=ToolWords(noun="cancellation", plural="cancellations", verb="move", past="refunded"),
 )
 def cancel_pending_order(
     book: RetailBook, args: CancelPendingOrderArguments, order: Any, user: UserView
@@ -792,6 +810,8 @@ def modify_pending_order_payment(
     ),
     moves_money=True,
     words=ToolWords(noun="return", plural="returns", verb="refund", past="refunded"),
+    # A reviewer may return fewer of the items asked, never others.
+    editable=(Editable("item_ids", EditRule.ONLY_FEWER),),
 )
 def return_delivered_order_items(
     book: RetailBook, args: ReturnDeliveredOrderItemsArguments, order: Any, user: UserView

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # A confirmation in one of these states changes no more.
-FINAL_STATUSES = frozenset({"executed", "failed", "unknown", "rejected", "expired", "invalidated"})
+FINAL_STATUSES = frozenset(
+    {"executed", "failed", "unknown", "rejected", "expired", "invalidated", "superseded"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,13 @@ class Confirmation:
         does not say."""
         said = self.document.get("final")
         return said if isinstance(said, bool) else self.status in FINAL_STATUSES
+
+    @property
+    def superseded_by(self) -> str | None:
+        """A reviewer edited this held call before approving it: the confirmation that takes its
+        place (poll that one instead); None otherwise."""
+        found = self.document.get("superseded_by")
+        return found if isinstance(found, str) else None
 
     @property
     def model_text(self) -> str:

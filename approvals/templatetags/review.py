@@ -27,6 +27,7 @@ STATUSES = {
     "expired": ("◌", "Expired", "neutral"),
     "invalidated": ("⊘", "Invalidated", "neutral"),
     "withdrawn": ("↩", "Withdrawn", "neutral"),
+    "superseded": ("✎", "Edited: superseded", "neutral"),
 }
 
 
@@ -60,6 +61,15 @@ def moment(value: datetime | None, *, precise: bool = False) -> SafeString | str
     return format_html('<time datetime="{}" title="{}">{}</time>', value.isoformat(), hover, shown)
 
 
+@register.simple_tag
+def fact_value(detail: Any) -> SafeString | str:
+    """A fact of a held call's subject as a page shows it: a moment as a date, anything else as
+    its text (approvals.selectors.Detail)."""
+    if getattr(detail, "moment", None) is not None:
+        return moment(detail.moment)
+    return str(detail.value)
+
+
 @register.filter
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
@@ -84,6 +94,8 @@ EVENT_VERBS = {
     "withdrawn": "withdrew it: nothing executed",
     "escalated": "escalated it: nobody had decided",
     "reminded": "told the reviewers again before it expires",
+    "edited": "edited it before approving",
+    "superseded": "edited it into another call, which takes its place",
 }
 
 

@@ -126,11 +126,16 @@ HIGH_RISK = "high_risk"
 
 def twins_of(request: AllowanceRequest, history: AllowanceHistory) -> tuple[Movement, ...]:
     """The movements the call may repeat: same tool, subject and amount, from another session or
-    agent (in its own session an identical call is replayed by its key instead)."""
+    agent (in its own session an identical call is replayed by its key instead), and a held
+    call's money whatever its session: the only held money an identical call of its own session
+    reaches here is a reviewer's edit, whose key is the one the model's arguments had, so that
+    the model cannot get the edited amount moved again by sending it itself."""
     return tuple(
         movement
         for movement in history.repeats
-        if movement.session_id != request.session_id or movement.agent_id != request.agent_id
+        if movement.session_id != request.session_id
+        or movement.agent_id != request.agent_id
+        or movement.confirmation_id
     )
 
 

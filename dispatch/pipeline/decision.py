@@ -157,8 +157,7 @@ class ApprovalNeeds:
         if not self.limits_matter or not self.uncapped:
             return ""
         names = _one_of(self.uncapped).replace(" or ", " and ")
-        verb = "has" if len(self.uncapped) == 1 else "have"
-        return f"{names} {verb} no approval limit in {self.currency}"
+        return f"No approval limit in {self.currency}: {names}"
 
     @property
     def still_needed(self) -> str:
@@ -177,6 +176,13 @@ class ApprovalNeeds:
         if self.missing > 1:
             return f"Needs {needed}, one of whom has a limit that covers {self.amount}{who}"
         return f"Needs {needed}, from a reviewer whose limit covers {self.amount}{who}"
+
+    @property
+    def still_needed_clause(self) -> str:
+        """still_needed inside a sentence ("…: needs one approval"): only its first letter
+        lowered, so that its amounts keep their currency's own letters (R$, not r$)."""
+        needed = self.still_needed
+        return needed[:1].lower() + needed[1:]
 
     @property
     def your_note(self) -> str:

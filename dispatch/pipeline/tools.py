@@ -88,6 +88,26 @@ class OutcomeUnknownError(Exception):
     """
 
 
+class EditRule(enum.StrEnum):
+    """How a reviewer may change an argument of a held call before approving it."""
+
+    # An amount (an integer) may only fall, never below its schema's own bounds.
+    ONLY_LOWER = "only_lower"
+    # A list may only lose entries: each one left was in it, as often at most.
+    ONLY_FEWER = "only_fewer"
+
+    @property
+    def words(self) -> str:
+        return {"only_lower": "may only fall", "only_fewer": "may only shrink"}[self.value]
+
+
+class Editable(NamedTuple):
+    """An argument a reviewer may change before approving, and its rule."""
+
+    argument: str
+    rule: EditRule
+
+
 class Money(NamedTuple):
     """The money a call moves: how much (minor units), in what currency, and what it is for."""
 
@@ -167,6 +187,9 @@ class ToolSpec(Generic[Args]):
     # its key, in progress, are committed before the handler runs, and nothing is locked across
     # it; the call is settled in a transaction of its own once the handler answered.
     remote: bool = False
+    # The arguments a reviewer may change before approving a held call, each with its rule
+    # (dispatch/pipeline/edits.py); none: it is approved or rejected as the model asked.
+    editable: tuple[Editable, ...] = ()
 
     def __post_init__(self) -> None:
         money = self.money
@@ -176,6 +199,11 @@ class ToolSpec(Generic[Args]):
         for kind, name in named.items():
             if name is not None and name not in self.arguments.model_fields:
                 raise ValueError(f"{self.name}: {kind} {name!r} is not an argument")
+        for editable in self.editable:
+            if editable.argument not in self.arguments.model_fields:
+                raise ValueError(f"{self.name}: editable {editable.argument!r} is not an argument")
+            if editable.argument == self.subject_field:
+                raise ValueError(f"{self.name}: its subject {editable.argument!r} is not editable")
 
     @property
     def amount_field(self) -> str | None:

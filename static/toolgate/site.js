@@ -26,6 +26,10 @@
     });
   }
 
+  // A card opened from the list's Reject: its reason, ready to type.
+  var opened = document.querySelector("#queue details.reject[open] textarea");
+  if (opened) opened.focus();
+
   function items() {
     return Array.prototype.slice.call(document.querySelectorAll("#queue .item"));
   }
@@ -55,7 +59,12 @@
 
   function openReject(item) {
     var details = item.querySelector("details.reject");
-    if (!details) return;
+    if (!details) {
+      // A row of the list: its card, opened with the reason to write.
+      var reject = item.querySelector("a.reject-link") || item.querySelector("a.open");
+      if (reject) reject.click();
+      return;
+    }
     details.open = true;
     var reason = details.querySelector("textarea");
     if (reason) reason.focus();
@@ -99,6 +108,7 @@
     if (help && help.open) return false;
     if (document.querySelector("#queue dialog[open]")) return false;
     if (document.querySelector("#queue details.reject[open]")) return false;
+    if (document.querySelector("#queue details.edit[open]")) return false;
     return !typing(document.activeElement);
   };
 
@@ -138,6 +148,11 @@
         if (!item) return;
         var approve = item.querySelector("form.approve button");
         if (approve) approve.click();
+        else {
+          // A row whose approval asks more than a click: its card.
+          var open = item.querySelector("a.open");
+          if (open) open.click();
+        }
         break;
       case "r":
         if (!item) return;
@@ -160,7 +175,16 @@
 
   document.addEventListener("click", function (event) {
     var item = event.target.closest && event.target.closest("#queue .item");
-    if (item && !item.classList.contains("selected")) select(item);
+    if (!item) return;
+    // Choosing a row of the list opens its card (its links and buttons do what they say).
+    if (item.tagName === "TR" && !event.target.closest("a, button, form, input")) {
+      var card = item.querySelector("a.detail-link");
+      if (card) {
+        card.click();
+        return;
+      }
+    }
+    if (!item.classList.contains("selected")) select(item);
   });
 
   // After the queue reloads, the same item stays selected if it is still there.

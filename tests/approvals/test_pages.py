@@ -419,4 +419,4 @@ def test_the_queue_says_who_has_no_approval_limit_in_the_currency(
 
     page = text(client.get("/approvals/"))
 
-    assert "rita has no approval limit in BRL." in page
+    assert "No approval limit in BRL: rita." in page

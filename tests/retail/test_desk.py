@@ -83,7 +83,8 @@ def test_a_held_cancellation_shows_its_order_and_is_executed_once_a_reviewer_app
     assert "$182.03 Cancel pending order · #W2974929" in queue
     assert "Status pending" in queue and "Items Skateboard 3877188862" in queue
     assert "Paid $182.03 Paid with paypal_7916550" in queue
-    assert "$182.03 is not below $50.00, the most this agent may refund without a human" in queue
+    assert "$182.03 is not below $50.00, the most this agent may move without a human" in queue
+    assert "refund" not in queue.split("Why it was held", 1)[1].split("Approvals", 1)[0]
     assert "Executed: Cancel pending order $182.03 #W2974929." in text(response)
     order = RetailOrder.objects.get(order_id=PAYPAL_ORDER)
     assert (order.status, order.cancel_reason) == ("cancelled", "no longer needed")

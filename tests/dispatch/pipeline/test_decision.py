@@ -303,7 +303,7 @@ def test_a_reviewer_without_a_limit_in_the_currency_has_no_cap_in_it() -> None:
     decision = decide(held(), only_usd, reviewers=(only_usd, capped))
 
     assert decision.outcome is Outcome.EXECUTE
-    assert decision.needs.uncapped_note == "ana has no approval limit in BRL"
+    assert decision.needs.uncapped_note == "No approval limit in BRL: ana"
 
 
 def test_an_approval_that_no_longer_passes_its_checks_is_invalidated() -> None:

@@ -108,9 +108,15 @@ def test_the_lifecycle_declares_every_status_and_only_them() -> None:
     assert all(
         following <= set(ConfirmationStatus) for following in CONFIRMATION_LIFECYCLE.values()
     )
-    assert {"executed", "failed", "rejected", "expired", "invalidated", "withdrawn"} == (
-        CONFIRMATION_FINAL
-    )
+    assert {
+        "executed",
+        "failed",
+        "rejected",
+        "expired",
+        "invalidated",
+        "withdrawn",
+        "superseded",
+    } == CONFIRMATION_FINAL
 
 
 @postgresql_only
