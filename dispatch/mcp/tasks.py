@@ -98,7 +98,7 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
-def _confirmation_task(confirmation: Confirmation) -> types.Task:
+def _confirmation_task(confirmation: Confirmation, task_id: str | None = None) -> types.Task:
     state = selectors.confirmation_state(confirmation)
     status = _TASK_STATUS[state["status"]]
     if status == "working":
@@ -109,7 +109,7 @@ def _confirmation_task(confirmation: Confirmation) -> types.Task:
     if state["status"] == ConfirmationStatus.EXPIRED and confirmation.decided_at is None:
         updated = confirmation.expires_at
     return types.Task(
-        task_id=confirmation.pk,
+        task_id=task_id or confirmation.pk,
         status=status,
         status_message=message,
         created_at=_iso(confirmation.created_at),
@@ -186,15 +186,20 @@ def _found(host: Host, task_id: str) -> Confirmation | AnsweredTask | None:
             customer_id=host.customer_id,
             expires_at__gt=timezone.now(),
         ).first()
-    return selectors.confirmation_for_customer(
+    found = selectors.confirmation_for_customer(
         agent_id=str(host.agent.pk), customer_id=host.customer_id, confirmation_id=task_id
     )
+    # A reviewer's edit put another call in the held call's place: the task follows it, under
+    # the id the client knows.
+    while found is not None and found.status == ConfirmationStatus.SUPERSEDED:
+        found = Confirmation.objects.filter(edited_from=found.pk).first()
+    return found
 
 
-def _task(found: Confirmation | AnsweredTask) -> types.Task:
+def _task(found: Confirmation | AnsweredTask, task_id: str) -> types.Task:
     if isinstance(found, AnsweredTask):
         return _answered_task(found)
-    return _confirmation_task(found)
+    return _confirmation_task(found, task_id)
 
 
 def _not_found() -> MCPError:
@@ -214,7 +219,7 @@ def task_get(host: Host, task_id: str) -> dict[str, Any]:
     found = _found(host, task_id)
     if found is None:
         raise _not_found()
-    return _wire(_task(found))
+    return _wire(_task(found, task_id))
 
 
 def _confirmation_result(confirmation: Confirmation) -> dict[str, Any]:
@@ -254,7 +259,7 @@ def task_result(host: Host, task_id: str, wait_seconds: float = RESULT_WAIT_SECO
         found = _found(host, task_id)
         if found is None:
             raise _not_found()
-        task = _task(found)
+        task = _task(found, task_id)
         if task.status in _TERMINAL:
             break
         if time.monotonic() >= deadline:
@@ -285,7 +290,7 @@ def task_cancel(host: Host, task_id: str) -> dict[str, Any]:
     if isinstance(found, AnsweredTask):
         raise MCPError(
             code=types.INVALID_PARAMS,
-            message=f"Cannot cancel task {task_id}: it is already {_task(found).status}.",
+            message=f"Cannot cancel task {task_id}: it is already {_task(found, task_id).status}.",
             data={"code": ALREADY_DECIDED},
         )
     assert host.agent is not None
@@ -301,7 +306,7 @@ def task_cancel(host: Host, task_id: str) -> dict[str, Any]:
             message=f"Cannot cancel task {task_id}: {refused.message}",
             data={"code": refused.code},
         ) from None
-    return _wire(_confirmation_task(withdrawn))
+    return _wire(_confirmation_task(withdrawn, task_id))
 
 
 # The server's side ----------------------------------------------------------------------------

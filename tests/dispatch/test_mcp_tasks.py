@@ -32,7 +32,11 @@ from django.utils import timezone
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from approvals.services import confirmation_approve, confirmation_reject
+from approvals.services import (
+    confirmation_approve,
+    confirmation_edit_approve,
+    confirmation_reject,
+)
 from dispatch import mcp
 from dispatch.mcp.tasks import NO_SUCH_TASK, RELATED_TASK_META
 from dispatch.models import AnsweredTask, Confirmation, Movement
@@ -207,6 +211,24 @@ def test_a_held_call_as_a_task_completes_with_its_result_once_approved(
     # The same result the API gives for the confirmation.
     assert result.structured_content == Confirmation.objects.get(pk=task["taskId"]).result
     assert ledger.state() == (1, 6000)
+
+
+def test_a_task_follows_the_call_a_reviewer_edited_under_the_id_the_client_knows(
+    mcp_url: str, agent_token: str, reviewer: User, ledger: Ledger
+) -> None:
+    raw = RawClient(mcp_url, agent_token)
+    task = held_task(raw)
+
+    edited = confirmation_edit_approve(
+        confirmation_id=task["taskId"], reviewer=reviewer, changes={"amount_cents": 4000}
+    )
+
+    done = task_get(mcp_url, agent_token, task["taskId"])
+    assert (done.status, done.task_id) == ("completed", task["taskId"])
+    result = task_result(mcp_url, agent_token, task["taskId"])
+    assert result.structured_content == Confirmation.objects.get(pk=edited.pk).result
+    assert result.meta[RELATED_TASK_META] == {"taskId": task["taskId"]}
+    assert ledger.state() == (1, 4000)
 
 
 def test_a_rejected_task_fails_with_the_rejection_and_its_code(
