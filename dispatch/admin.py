@@ -361,9 +361,9 @@ class PolicyVersionForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 _VERSION_NOTE = (
-    "A policy version is never edited. To change an agent's policy, add a new version: it "
-    "becomes the agent's current policy, and earlier decisions keep the version they were made "
-    "under."
+    "A policy version is never edited. To change an agent's policy, add a new version: it is a "
+    "draft until another manager approves it (Policy changes), then it becomes the agent's "
+    "current policy, and earlier decisions keep the version they were made under."
 )
 
 

@@ -3,6 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
+from analytics import urls as analytics_urls
 from analytics.apis import MetricsApi, PolicyWhatIfApi
 from approvals import apis as approvals_apis
 from toolgate import views
@@ -15,6 +16,10 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("approvals/", include("approvals.urls")),
     path("analytics/", include("analytics.urls")),
+    path(
+        "policy-changes/",
+        include((analytics_urls.decision_urlpatterns, "policy-changes")),
+    ),
     path("records/", include("records.urls")),
     # Browsers ask for it whatever the page says; the layout's icon answers.
     path("favicon.ico", views.favicon, name="favicon"),
