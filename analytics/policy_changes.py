@@ -35,10 +35,9 @@ from approvals.policy_changes import (
     proposal_snapshot,
 )
 from approvals.reviewers import REVIEWERS_GROUP
-from dispatch.client_address import client_address
-from dispatch.models import Agent, SecurityChannel
+from dispatch.models import Agent
 from dispatch.money import AmountInvalid, minor_units
-from dispatch.security import Origin, security_event_record
+from dispatch.security import page_origin, security_event_record
 
 # The what-if a draft shows before anyone approves it.
 WHAT_IF_DAYS = 30
@@ -153,12 +152,7 @@ def policy_change_approve_view(request: HttpRequest, change_id: int) -> HttpResp
         status = 403 if refused.code == OWN_DRAFT else 409
         if refused.code == OWN_DRAFT:
             security_event_record(
-                origin=Origin(
-                    SecurityChannel.WEB,
-                    str(request.method),
-                    request.path,
-                    client_address(request) or None,
-                ),
+                origin=page_origin(request),
                 agent=change.agent,
                 status=403,
                 reason=refused.code,

@@ -48,6 +48,7 @@ def confirmation_approve(
     now: datetime | None = None,
     separate: bool = False,
     confirmed: bool = False,
+    factor: bool = False,
 ) -> Confirmation:
     """Record the reviewer's approval. The customer's sum is judged again as it stands now (the
     call's own amount once, with everything else moved or on its way in the window): it decides
@@ -60,16 +61,23 @@ def confirmation_approve(
     refused unless `separate`: the reviewer's explicit word that it is a separate one, which the
     event log keeps. An amount above the policy's second-look amount in its currency
     (confirm_above) is refused unless `confirmed`: the reviewer's second look, given after
-    seeing the amount and the customer's sum. Raises ConfirmationError. `now` is the decision's
+    seeing the amount and the customer's sum. An amount above its second-factor line
+    (factor_above) is refused unless `factor`: the door checked the reviewer's fresh second
+    factor. Raises ConfirmationError. `now` is the decision's
     time (a demo's history gives its own; by default, now)."""
     return _raise_refusal(
-        _approve(confirmation_id, reviewer, now or timezone.now(), separate, confirmed)
+        _approve(confirmation_id, reviewer, now or timezone.now(), separate, confirmed, factor)
     )
 
 
 @transaction.atomic
 def _approve(
-    confirmation_id: str, reviewer: User, now: datetime, separate: bool, confirmed: bool = False
+    confirmation_id: str,
+    reviewer: User,
+    now: datetime,
+    separate: bool,
+    confirmed: bool = False,
+    factor: bool = False,
 ) -> Confirmation | ConfirmationError:
     confirmation = confirmation_locked(confirmation_id)
     held = held_call_of(confirmation)
@@ -98,6 +106,7 @@ def _approve(
         money=money,
         separate=separate,
         confirmed=confirmed,
+        factor=factor,
         recheck=lambda policy: _recheck(confirmation, policy),
     )
     if decision.outcome is Outcome.REFUSED:

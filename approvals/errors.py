@@ -52,6 +52,13 @@ class SecondLookRequired(ConfirmationError):
     code = decision.SECOND_LOOK_REQUIRED
 
 
+class FactorRequired(ConfirmationError):
+    """Its amount is above its policy's second-factor line (factor_above): approving it takes the
+    reviewer's fresh second factor (docs/identity.md)."""
+
+    code = decision.FACTOR_REQUIRED
+
+
 class NotReconcilable(ConfirmationError):
     """Only an execution whose outcome is unknown is reconciled."""
 
@@ -61,5 +68,5 @@ class NotReconcilable(ConfirmationError):
 # The decision core's refusals, as the errors the doors answer with.
 REFUSALS: dict[str, type[ConfirmationError]] = {
     error.code: error
-    for error in (AlreadyDecided, AlreadyVoted, PossibleDuplicate, SecondLookRequired)
+    for error in (AlreadyDecided, AlreadyVoted, PossibleDuplicate, FactorRequired, SecondLookRequired)
 }

@@ -68,6 +68,7 @@ _THRESHOLD_WORDS = {
     "two_reviewers_from_cents": "two reviewers from",
     "daily_cap_cents": "daily cap without a human",
     "confirm_above_cents": "approvals ask once more above",
+    "factor_above_cents": "approvals need a second factor above",
 }
 
 

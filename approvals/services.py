@@ -33,6 +33,7 @@ from approvals.errors import (
     NotReconcilable,
     PossibleDuplicate,
     ReasonRequired,
+    FactorRequired,
     SecondLookRequired,
 )
 from approvals.events import EXPIRY, WORKER
@@ -58,6 +59,7 @@ __all__ = [
     "NotReconcilable",
     "PossibleDuplicate",
     "ReasonRequired",
+    "FactorRequired",
     "SecondLookRequired",
     "confirmation_approve",
     "confirmation_execute",

@@ -14,6 +14,9 @@ urlpatterns = [
     # Before Django's own: after logging in, each role lands on its page.
     path("accounts/login/", views.RoleLoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
+    # After Django's: the login and logout stay Toolgate's; allauth serves the second factor's
+    # pages (/accounts/2fa/) and the re-authentication they ask for.
+    path("accounts/", include("allauth.urls")),
     path("approvals/", include("approvals.urls")),
     path("analytics/", include("analytics.urls")),
     path(

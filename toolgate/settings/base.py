@@ -31,6 +31,10 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "axes",
+    # A second factor (TOTP and recovery codes) before money moves above a policy's line.
+    "allauth",
+    "allauth.account",
+    "allauth.mfa",
     "django_htmx",
     "django_tables2",
     "django_filters",
@@ -57,6 +61,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # The managers' pages and API: a slot each, a statement timeout, and an answer in time.
     "analytics.heavy.ManagerRequestMiddleware",
+    # allauth's pages (the second factor's enrolment) keep their state in the session.
+    "allauth.account.middleware.AccountMiddleware",
     # Last, as axes asks: it turns a login refused for a lockout into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -126,6 +132,17 @@ AXES_LOCKOUT_CALLABLE = "toolgate.views.login_locked_out"
 # the client's address is the socket's (dispatch/client_address.py). Never set it above the
 # number of proxies that really append, or clients choose the address they are recorded under.
 TOOLGATE_TRUSTED_PROXY_COUNT = env.int("TOOLGATE_TRUSTED_PROXY_COUNT", default=0)
+
+# The second factor (docs/identity.md): django-allauth's MFA keeps each user's authenticator app
+# (TOTP) and recovery codes; the login stays Toolgate's own, and nobody signs up through allauth.
+ACCOUNT_ADAPTER = "toolgate.accounts.ClosedSignupAdapter"
+ACCOUNT_LOGIN_METHODS = {"username"}
+ACCOUNT_SIGNUP_FIELDS = ["username*", "password1*", "password2*"]
+ACCOUNT_EMAIL_VERIFICATION = "none"
+MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
+MFA_TOTP_ISSUER = env.str("TOOLGATE_TOTP_ISSUER", default="Toolgate")
+# How long a second factor given on the pages stays fresh for approvals above the line.
+TOOLGATE_FACTOR_FRESH_SECONDS = env.int("TOOLGATE_FACTOR_FRESH_SECONDS", default=300)
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
