@@ -129,6 +129,15 @@ def places_for(user: AbstractBaseUser | AnonymousUser) -> list[Place]:
                 count=drafts or None,
             )
         )
+    if manager or is_reviewer(user):
+        places.append(
+            Place(
+                "Second factor",
+                reverse("mfa_index"),
+                "Your authenticator app and recovery codes: approvals above a policy's line ask "
+                "for a code.",
+            )
+        )
     if _administers(user):
         places.append(Place("Admin", reverse("admin:index"), "Agents and their policies, users."))
     return places

@@ -45,6 +45,7 @@ def test_a_reviewer_steps_up_before_approving_above_the_line(
     card = f"/approvals/{confirmation.pk}/"
 
     page.goto(card)
+    expect(page.get_by_text("Approving this amount asks for your second factor")).to_be_visible()
     page.get_by_role("button", name=re.compile("^Approve")).first.click()
     expect(page.get_by_role("heading", name="Your second factor")).to_be_visible()
     expect(page.get_by_role("alert")).to_contain_text("needs your second factor")
