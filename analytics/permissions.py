@@ -22,7 +22,10 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from approvals.reviewers import MANAGERS_GROUP, REVIEWERS_GROUP, is_manager, is_reviewer
+# Who is a manager is approvals' rule (managers also approve policy changes); read here with it.
+from approvals.reviewers import MANAGERS_GROUP as MANAGERS_GROUP
+from approvals.reviewers import REVIEWERS_GROUP, is_reviewer
+from approvals.reviewers import is_manager as is_manager
 
 Reader = AbstractBaseUser | AnonymousUser
 View = Callable[..., HttpResponseBase]

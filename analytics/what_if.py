@@ -285,5 +285,7 @@ def what_if(request: HttpRequest) -> HttpResponse:
         # The form stays, with what was asked, and the message takes the table's place.
         context.update(too_heavy=too_heavy_message())
         return render(request, "analytics/what_if.html", context, status=503)
-    context.update(result=result, rows=outcome_rows(result), moves=moved_calls(result, policy, draft))
+    context.update(
+        result=result, rows=outcome_rows(result), moves=moved_calls(result, policy, draft)
+    )
     return render(request, "analytics/what_if.html", context)

@@ -112,7 +112,9 @@ class DraftedPolicyAdmin(PolicyAdmin):
             "confirmation_ttl_seconds": obj.confirmation_ttl_seconds,
         }
         try:
-            drafted = policy_change_draft(agent=obj.agent, proposal=proposal, drafted_by=request.user)
+            drafted = policy_change_draft(
+                agent=obj.agent, proposal=proposal, drafted_by=request.user
+            )
         except PolicyChangeRefused as refused:
             request._policy_change_refused = refused.message  # type: ignore[attr-defined]
             return

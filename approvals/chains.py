@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-
 from itertools import groupby
 
 from approvals.models import ConfirmationEvent, PolicyEvent
@@ -73,8 +72,9 @@ def _policy_links() -> Iterator[tuple[str, Link]]:
         .iterator(chunk_size=_CHUNK)
     )
     for row in rows:
-        yield row["chain"], Link(
-            row["id"], row["chain_seq"], row["chain_hash"], covered(POLICY_EVENT_FIELDS, row)
+        yield (
+            row["chain"],
+            Link(row["id"], row["chain_seq"], row["chain_hash"], covered(POLICY_EVENT_FIELDS, row)),
         )
 
 

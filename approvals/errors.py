@@ -68,5 +68,11 @@ class NotReconcilable(ConfirmationError):
 # The decision core's refusals, as the errors the doors answer with.
 REFUSALS: dict[str, type[ConfirmationError]] = {
     error.code: error
-    for error in (AlreadyDecided, AlreadyVoted, PossibleDuplicate, FactorRequired, SecondLookRequired)
+    for error in (
+        AlreadyDecided,
+        AlreadyVoted,
+        PossibleDuplicate,
+        FactorRequired,
+        SecondLookRequired,
+    )
 }

@@ -33,12 +33,10 @@ class FactorLocked(Exception):
 
 def has_factor(user: User) -> bool:
     """Whether the user enrolled an authenticator app."""
-    return Authenticator.objects.filter(user=user, type=Authenticator.Type.TOTP).exists()
+    return bool(Authenticator.objects.filter(user=user, type=Authenticator.Type.TOTP).exists())
 
 
-def factor_check(
-    *, request: HttpRequest, user: User, code: str, recovery: bool = False
-) -> bool:
+def factor_check(*, request: HttpRequest, user: User, code: str, recovery: bool = False) -> bool:
     """Whether `code` is the user's TOTP code of now, not used before (or, with `recovery`, one of
     their unused recovery codes, which it uses up). A wrong code counts against the lockout;
     FactorLocked once it is reached."""
@@ -70,4 +68,5 @@ def factor_fresh(request: HttpRequest) -> bool:
     given = request.session.get(_FRESH_KEY)
     if not isinstance(given, int | float):
         return False
-    return 0 <= time.time() - given <= settings.TOOLGATE_FACTOR_FRESH_SECONDS
+    fresh_seconds: int = settings.TOOLGATE_FACTOR_FRESH_SECONDS
+    return 0 <= time.time() - given <= fresh_seconds

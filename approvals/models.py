@@ -253,9 +253,7 @@ class PolicyEvent(models.Model):
     agent = models.ForeignKey(
         "dispatch.Agent", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
-    )
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     actor_label = models.CharField(max_length=150)
     data = models.JSONField(default=dict, blank=True)
     chain_seq = models.PositiveBigIntegerField()

@@ -151,9 +151,7 @@ def proposal_checked(proposal: Mapping[str, Any]) -> dict[str, Any]:
     try:
         rules = {tool: HumanRule(rule).value for tool, rule in sorted(rules.items())}
     except ValueError:
-        raise PolicyChangeRefused(
-            INVALID, "A human rule is never, always or by_amount."
-        ) from None
+        raise PolicyChangeRefused(INVALID, "A human rule is never, always or by_amount.") from None
     limits: dict[str, dict[str, int | None]] = {}
     for currency, values in sorted(dict(proposal["currency_limits"]).items()):
         try:
@@ -258,7 +256,9 @@ def limit_difference(change: PolicyChange) -> list[Difference]:
     before = "no limit" if current is None else _money(current.max_amount_cents, change.currency)
     cents = change.proposal.get("max_amount_cents")
     after = "no limit" if cents is None else _money(cents, change.currency)
-    return [Difference(f"{change.reviewer.get_username()}'s limit in {change.currency}", before, after)]
+    return [
+        Difference(f"{change.reviewer.get_username()}'s limit in {change.currency}", before, after)
+    ]
 
 
 def change_difference(change: PolicyChange) -> list[Difference]:
@@ -314,9 +314,9 @@ def _chain_of(change: PolicyChange) -> str:
 
 def _lock_owner(change: PolicyChange) -> None:
     if change.kind == PolicyChangeKind.LIMIT:
-        User.objects.select_for_update().filter(pk=change.reviewer_id).first()
+        User.objects.select_for_update().filter(pk=change.reviewer_id or 0).first()
     else:
-        Agent.objects.select_for_update().filter(pk=change.agent_id).first()
+        Agent.objects.select_for_update().filter(pk=change.agent_id or 0).first()
 
 
 # The transitions.
@@ -331,7 +331,9 @@ def policy_change_draft(
     locked = Agent.objects.select_for_update().get(pk=agent.pk)
     base = locked.current_policy
     if base is None:
-        raise PolicyChangeRefused(INVALID, f"{agent.name} has no policy yet: create_agent makes one.")
+        raise PolicyChangeRefused(
+            INVALID, f"{agent.name} has no policy yet: create_agent makes one."
+        )
     if not policy_difference(proposal_of(base), checked):
         raise PolicyChangeRefused(
             NO_CHANGE, f"The draft is the policy in force (v{base.version}): nothing would change."
@@ -404,7 +406,8 @@ def _locked_draft(change_id: int) -> PolicyChange:
     change = PolicyChange.objects.select_for_update().get(pk=change_id)
     if change.status != PolicyChangeStatus.DRAFT:
         raise PolicyChangeRefused(
-            NOT_A_DRAFT, f"This change was {change.status} already: a settled change stays as it is."
+            NOT_A_DRAFT,
+            f"This change was {change.status} already: a settled change stays as it is.",
         )
     return change
 
@@ -424,7 +427,7 @@ def policy_change_approve(*, change_id: int, approver: User) -> PolicyChange:
     now = timezone.now()
     data: dict[str, Any]
     if change.kind == PolicyChangeKind.POLICY:
-        agent = Agent.objects.get(pk=change.agent_id)
+        agent = Agent.objects.get(pk=change.agent_id or 0)
         if agent.current_policy_id != change.base_policy_id:
             raise PolicyChangeRefused(
                 POLICY_MOVED,

@@ -30,10 +30,10 @@ from approvals.errors import (
     AlreadyVoted,
     ConfirmationError,
     ConfirmationNotFound,
+    FactorRequired,
     NotReconcilable,
     PossibleDuplicate,
     ReasonRequired,
-    FactorRequired,
     SecondLookRequired,
 )
 from approvals.events import EXPIRY, WORKER
@@ -56,10 +56,10 @@ __all__ = [
     "AlreadyVoted",
     "ConfirmationError",
     "ConfirmationNotFound",
+    "FactorRequired",
     "NotReconcilable",
     "PossibleDuplicate",
     "ReasonRequired",
-    "FactorRequired",
     "SecondLookRequired",
     "confirmation_approve",
     "confirmation_execute",

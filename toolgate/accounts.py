@@ -7,7 +7,7 @@ from allauth.account.adapter import DefaultAccountAdapter
 from django.http import HttpRequest
 
 
-class ClosedSignupAdapter(DefaultAccountAdapter):
+class ClosedSignupAdapter(DefaultAccountAdapter):  # type: ignore[misc]
     """Accounts are made by an administrator: nobody signs up."""
 
     def is_open_for_signup(self, request: HttpRequest) -> bool:

@@ -38,73 +38,189 @@ DROP FUNCTION IF EXISTS approvals_policy_change_guard();
 """
 
 
-def guard(apps, schema_editor):
+def guard(apps, schema_editor):  # type: ignore[no-untyped-def]
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute(GUARD, params=None)
 
 
-def unguard(apps, schema_editor):
+def unguard(apps, schema_editor):  # type: ignore[no-untyped-def]
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute(UNGUARD, params=None)
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('approvals', '0007_event_chains'),
-        ('dispatch', '0023_idempotency_records_by_session'),
+        ("approvals", "0007_event_chains"),
+        ("dispatch", "0023_idempotency_records_by_session"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='PolicyChange',
+            name="PolicyChange",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('policy', 'Policy'), ('limit', 'Limit')], max_length=8)),
-                ('currency', models.CharField(blank=True, default='', max_length=16)),
-                ('proposal', models.JSONField()),
-                ('note', models.TextField(blank=True, default='')),
-                ('status', models.CharField(choices=[('draft', 'Draft'), ('approved', 'Approved'), ('withdrawn', 'Withdrawn')], default='draft', max_length=12)),
-                ('drafted_at', models.DateTimeField()),
-                ('decided_at', models.DateTimeField(blank=True, null=True)),
-                ('agent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='policy_changes', to='dispatch.agent')),
-                ('base_policy', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='dispatch.policy')),
-                ('decided_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('drafted_by', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('policy', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='dispatch.policy')),
-                ('reviewer', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='limit_changes', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("policy", "Policy"), ("limit", "Limit")], max_length=8
+                    ),
+                ),
+                ("currency", models.CharField(blank=True, default="", max_length=16)),
+                ("proposal", models.JSONField()),
+                ("note", models.TextField(blank=True, default="")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("draft", "Draft"),
+                            ("approved", "Approved"),
+                            ("withdrawn", "Withdrawn"),
+                        ],
+                        default="draft",
+                        max_length=12,
+                    ),
+                ),
+                ("drafted_at", models.DateTimeField()),
+                ("decided_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="policy_changes",
+                        to="dispatch.agent",
+                    ),
+                ),
+                (
+                    "base_policy",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="dispatch.policy",
+                    ),
+                ),
+                (
+                    "decided_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "drafted_by",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "policy",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="dispatch.policy",
+                    ),
+                ),
+                (
+                    "reviewer",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="limit_changes",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-drafted_at', '-id'],
+                "ordering": ["-drafted_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='PolicyEvent',
+            name="PolicyEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('chain', models.CharField(max_length=64)),
-                ('at', models.DateTimeField()),
-                ('kind', models.CharField(choices=[('drafted', 'Drafted'), ('approved', 'Approved'), ('withdrawn', 'Withdrawn'), ('disabled', 'Disabled'), ('enabled', 'Enabled')], max_length=12)),
-                ('actor_label', models.CharField(max_length=150)),
-                ('data', models.JSONField(blank=True, default=dict)),
-                ('chain_seq', models.PositiveBigIntegerField()),
-                ('chain_hash', models.CharField(max_length=64)),
-                ('actor', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('agent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='dispatch.agent')),
-                ('change', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='events', to='approvals.policychange')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("chain", models.CharField(max_length=64)),
+                ("at", models.DateTimeField()),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("drafted", "Drafted"),
+                            ("approved", "Approved"),
+                            ("withdrawn", "Withdrawn"),
+                            ("disabled", "Disabled"),
+                            ("enabled", "Enabled"),
+                        ],
+                        max_length=12,
+                    ),
+                ),
+                ("actor_label", models.CharField(max_length=150)),
+                ("data", models.JSONField(blank=True, default=dict)),
+                ("chain_seq", models.PositiveBigIntegerField()),
+                ("chain_hash", models.CharField(max_length=64)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="dispatch.agent",
+                    ),
+                ),
+                (
+                    "change",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="events",
+                        to="approvals.policychange",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['at', 'id'],
+                "ordering": ["at", "id"],
             },
         ),
         migrations.AddIndex(
-            model_name='policychange',
-            index=models.Index(fields=['status', 'drafted_at'], name='policy_change_status_idx'),
+            model_name="policychange",
+            index=models.Index(fields=["status", "drafted_at"], name="policy_change_status_idx"),
         ),
         migrations.AddConstraint(
-            model_name='policyevent',
-            constraint=models.UniqueConstraint(fields=('chain', 'chain_seq'), name='policy_event_chain_place'),
+            model_name="policyevent",
+            constraint=models.UniqueConstraint(
+                fields=("chain", "chain_seq"), name="policy_event_chain_place"
+            ),
         ),
         migrations.RunPython(guard, unguard),
     ]

@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('dispatch', '0023_idempotency_records_by_session'),
+        ("dispatch", "0023_idempotency_records_by_session"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='securityevent',
-            name='channel',
-            field=models.CharField(choices=[('api', 'API'), ('mcp', 'MCP'), ('web', 'Pages')], default='api', max_length=8),
+            model_name="securityevent",
+            name="channel",
+            field=models.CharField(
+                choices=[("api", "API"), ("mcp", "MCP"), ("web", "Pages")],
+                default="api",
+                max_length=8,
+            ),
         ),
     ]

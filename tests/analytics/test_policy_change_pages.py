@@ -42,7 +42,7 @@ def test_a_what_if_draft_is_proposed_and_shows_its_difference_and_last_30_days(
 ) -> None:
     before = traffic.shop.current_policy_id
     page = author.get(
-        "/analytics/what-if/", {"agent": traffic.shop.pk, "BRL_auto_approve_below": "200"}
+        "/analytics/what-if/", {"agent": str(traffic.shop.pk), "BRL_auto_approve_below": "200"}
     )
     assert "Propose this change" in page.content.decode()
 
@@ -113,9 +113,12 @@ def test_the_pages_are_for_managers_only(traffic: Traffic) -> None:
     reviewer = login_in_group("rita", "reviewers")
 
     assert reviewer.get("/analytics/policy-changes/").status_code == 403
-    assert reviewer.post(
-        "/policy-changes/propose/", {"agent": traffic.shop.pk, "BRL_auto_approve_below": "9"}
-    ).status_code == 403
+    assert (
+        reviewer.post(
+            "/policy-changes/propose/", {"agent": traffic.shop.pk, "BRL_auto_approve_below": "9"}
+        ).status_code
+        == 403
+    )
     assert not PolicyChange.objects.exists()
 
 

@@ -162,9 +162,7 @@ def test_a_draft_of_a_policy_that_moved_since_is_refused(
     assert agent.policies.count() == 2
 
 
-def test_a_draft_that_changes_nothing_is_refused(
-    agent: Agent, managers: tuple[User, User]
-) -> None:
+def test_a_draft_that_changes_nothing_is_refused(agent: Agent, managers: tuple[User, User]) -> None:
     assert agent.current_policy is not None
 
     with pytest.raises(PolicyChangeRefused) as refused:

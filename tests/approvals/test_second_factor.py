@@ -8,13 +8,13 @@ import time
 from typing import Any
 
 import pytest
+from allauth.mfa.app_settings import TOTP_PERIOD
 from allauth.mfa.totp.internal.auth import (
     TOTP,
     format_hotp_value,
     generate_totp_secret,
     hotp_value,
 )
-from allauth.mfa.app_settings import TOTP_PERIOD
 from django.contrib.auth.models import User
 from django.test import Client
 from pytest_django.fixtures import Settings
@@ -24,7 +24,7 @@ from approvals.reviewers import reviewer_token_create
 from approvals.services import confirmation_approve
 from dispatch.models import Agent, Confirmation, ConfirmationStatus, SecurityEvent
 from tests.approvals.conftest import refund_held_for
-from tests.approvals.test_apis import decide, make_user, status_of
+from tests.approvals.test_apis import make_user, status_of
 from tests.conftest import Ledger, LoginClient, MakeAgent
 from tests.factories import OrderFactory
 
@@ -41,13 +41,13 @@ def strict(make_agent: MakeAgent) -> Agent:
 
 
 def enrol(user: User) -> str:
-    secret = generate_totp_secret()
+    secret = str(generate_totp_secret())
     TOTP.activate(user, secret)
     return secret
 
 
 def code_of(secret: str) -> str:
-    return format_hotp_value(hotp_value(secret, int(time.time()) // TOTP_PERIOD))
+    return str(format_hotp_value(hotp_value(secret, int(time.time()) // TOTP_PERIOD)))
 
 
 def approve(client: Client, confirmation: Confirmation, token: str, **body: Any) -> Any:
@@ -102,8 +102,9 @@ def test_a_token_without_a_code_is_a_403_with_the_reason_on_record(
 def test_a_fresh_code_lets_the_token_approve_once_and_a_reused_one_is_refused(
     strict: Agent, client: Client, ledger: Ledger
 ) -> None:
-    first, second = refund_held_for(strict, 9_000), refund_held_for(
-        strict, 9_500, order_id="ORD-2001", session="s-2"
+    first, second = (
+        refund_held_for(strict, 9_000),
+        refund_held_for(strict, 9_500, order_id="ORD-2001", session="s-2"),
     )
     rita = make_user("rita")
     secret = enrol(rita)

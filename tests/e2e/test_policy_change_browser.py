@@ -36,7 +36,9 @@ def test_a_change_drafted_by_one_manager_is_approved_by_another(
     expect(page.get_by_role("row", name=re.compile("BRL no human below"))).to_contain_text(
         "120.00 BRL"
     )
-    expect(page.get_by_text("You drafted this change: another manager approves it.")).to_be_visible()
+    expect(
+        page.get_by_text("You drafted this change: another manager approves it.")
+    ).to_be_visible()
     expect(page.get_by_role("button", name="Approve and put in force")).to_have_count(0)
     author.check_accessibility()
     change = PolicyChange.objects.get()

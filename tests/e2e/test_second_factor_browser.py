@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def code_of(secret: str, step: int = 0) -> str:
-    return format_hotp_value(hotp_value(secret, int(time.time()) // TOTP_PERIOD + step))
+    return str(format_hotp_value(hotp_value(secret, int(time.time()) // TOTP_PERIOD + step)))
 
 
 def test_a_reviewer_steps_up_before_approving_above_the_line(
