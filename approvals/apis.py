@@ -165,7 +165,9 @@ _ERRORS = {
     401: OpenApiResponse(ErrorEnvelope, description="no credentials, or an invalid token"),
     403: OpenApiResponse(
         ErrorEnvelope,
-        description="not a reviewer, an agent's token, or a session request without CSRF token",
+        description="not a reviewer, an agent's token, a session request without CSRF token, or "
+        "an amount above the policy's `factor_above` without a fresh second factor "
+        "(`second_factor_required`) or with a wrong or used code (`second_factor_invalid`)",
     ),
     404: OpenApiResponse(ErrorEnvelope, description="no such confirmation"),
     429: OpenApiResponse(
