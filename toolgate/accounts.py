@@ -41,7 +41,9 @@ class ClosedSignupAdapter(DefaultAccountAdapter):  # type: ignore[misc]
         return landing_url(request.user)
 
 
-def roles_from_claims(claims: Mapping[str, Any], mapping: Mapping[str, str], claim: str) -> set[str]:
+def roles_from_claims(
+    claims: Mapping[str, Any], mapping: Mapping[str, str], claim: str
+) -> set[str]:
     """The roles the provider's groups give: each role whose mapped group is among them."""
     value = claims.get(claim)
     groups: Iterable[Any] = value if isinstance(value, list) else [value] if value else []
@@ -83,6 +85,9 @@ class SingleSignOnAdapter(DefaultSocialAccountAdapter):  # type: ignore[misc]
 
     @staticmethod
     def _roles(sociallogin: Any) -> None:
+        if not settings.TOOLGATE_OIDC_ROLES:
+            # No mapping (a provider without groups): an administrator gives the roles here.
+            return
         claims = sociallogin.account.extra_data or {}
         if isinstance(claims.get("userinfo"), dict):
             claims = {**claims.get("id_token", {}), **claims["userinfo"]}
