@@ -136,7 +136,7 @@ def test_a_provider_user_logs_in_and_gets_the_role_its_groups_map_to(
     assert not rita.has_usable_password()
 
 
-def test_a_group_removed_at_the_provider_is_a_role_removed_at_the_next_login(
+def test_a_provider_user_in_no_mapped_group_gets_an_account_and_no_role(
     open_tab: OpenTab, provider: str, settings: Settings, browser_user: MakeBrowserUser
 ) -> None:
     configure(settings, provider)
