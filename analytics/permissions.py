@@ -14,7 +14,7 @@ from functools import wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
@@ -22,20 +22,13 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+# Who is a manager is approvals' rule (managers also approve policy changes); read here with it.
+from approvals.reviewers import MANAGERS_GROUP as MANAGERS_GROUP
 from approvals.reviewers import REVIEWERS_GROUP, is_reviewer
-
-MANAGERS_GROUP = "managers"
+from approvals.reviewers import is_manager as is_manager
 
 Reader = AbstractBaseUser | AnonymousUser
 View = Callable[..., HttpResponseBase]
-
-
-def is_manager(user: Reader | object) -> bool:
-    return (
-        isinstance(user, User)
-        and user.is_active
-        and user.groups.filter(name=MANAGERS_GROUP).exists()
-    )
 
 
 def is_manager_or_reviewer(user: Reader | object) -> bool:

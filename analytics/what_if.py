@@ -60,7 +60,7 @@ class OutcomeRow:
     change: str
 
 
-def _outcome_rows(result: WhatIf) -> list[OutcomeRow]:
+def outcome_rows(result: WhatIf) -> list[OutcomeRow]:
     rows = []
     for outcome in OUTCOMES:
         before, after = result.actual[outcome], result.draft[outcome]
@@ -79,7 +79,7 @@ def _outcome_rows(result: WhatIf) -> list[OutcomeRow]:
     return rows
 
 
-def _moves(result: WhatIf, policy: Policy, draft: Policy) -> list[dict[str, Any]]:
+def moved_calls(result: WhatIf, policy: Policy, draft: Policy) -> list[dict[str, Any]]:
     return [
         {
             "actual": OUTCOME_LABELS[move.actual],
@@ -262,6 +262,13 @@ def what_if(request: HttpRequest) -> HttpResponse:
         groups=_draft_groups(form, policy, draft),
         window=_window_field(form, policy, draft),
         changed=draft != policy,
+        # The draft as the propose form sends it on (the what-if's own parameters).
+        propose_fields=[
+            (name, value)
+            for name, values in request.GET.lists()
+            if name not in ("agent", "range", "since", "until")
+            for value in values
+        ],
         since_date=scope.since_date(),
         until_date=scope.until_date(),
         tz_name=timezone.get_current_timezone_name(),
@@ -278,5 +285,7 @@ def what_if(request: HttpRequest) -> HttpResponse:
         # The form stays, with what was asked, and the message takes the table's place.
         context.update(too_heavy=too_heavy_message())
         return render(request, "analytics/what_if.html", context, status=503)
-    context.update(result=result, rows=_outcome_rows(result), moves=_moves(result, policy, draft))
+    context.update(
+        result=result, rows=outcome_rows(result), moves=moved_calls(result, policy, draft)
+    )
     return render(request, "analytics/what_if.html", context)

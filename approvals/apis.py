@@ -23,10 +23,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from approvals.factors import FactorLocked, factor_check, factor_fresh
 from approvals.reviewers import is_reviewer, reviewer_authenticate
 from approvals.services import (
     ConfirmationError,
     ConfirmationNotFound,
+    FactorRequired,
     ReasonRequired,
     SecondLookRequired,
 )
@@ -36,6 +38,7 @@ from dispatch.apis import JsonApi
 from dispatch.authentication import AgentTokenAuthentication
 from dispatch.envelopes import ConfirmationDoc, ErrorEnvelope
 from dispatch.models import Agent, Confirmation
+from dispatch.pipeline.decision import FACTOR_REQUIRED
 from dispatch.pipeline.messages import describe_validation_error
 from dispatch.selectors import confirmation_state
 
@@ -66,6 +69,19 @@ class DecisionRefused(APIException):
 
     status_code = status.HTTP_409_CONFLICT
     default_code = "confirmation_conflict"
+
+
+class FactorRefused(APIException):
+    """An approval above its policy's second-factor line without a fresh factor, or with a wrong
+    or reused code."""
+
+    status_code = status.HTTP_403_FORBIDDEN
+    default_code = FACTOR_REQUIRED
+
+
+class FactorLockedOut(APIException):
+    status_code = status.HTTP_429_TOO_MANY_REQUESTS
+    default_code = "second_factor_locked"
 
 
 class DecisionInvalid(APIException):
@@ -127,6 +143,16 @@ class ApproveRequest(BaseModel):
         description="the reviewer's explicit word that a possible duplicate is a separate one; "
         "without it, approving a possible duplicate is refused (409 `possible_duplicate`)",
     )
+    totp: str | None = Field(
+        default=None,
+        min_length=6,
+        max_length=8,
+        pattern="^[0-9]+$",
+        description="a code of the reviewer's authenticator app, given now: an amount above the "
+        "policy's `factor_above` needs it with a reviewer's token (403 "
+        "`second_factor_required` without it, `second_factor_invalid` for a wrong or reused "
+        "one, 429 `second_factor_locked` after too many wrong ones)",
+    )
     confirmed: bool = Field(
         default=False,
         description="the reviewer's second look at an amount above the policy's `confirm_above` "
@@ -139,7 +165,9 @@ _ERRORS = {
     401: OpenApiResponse(ErrorEnvelope, description="no credentials, or an invalid token"),
     403: OpenApiResponse(
         ErrorEnvelope,
-        description="not a reviewer, an agent's token, or a session request without CSRF token",
+        description="not a reviewer, an agent's token, a session request without CSRF token, or "
+        "an amount above the policy's `factor_above` without a fresh second factor "
+        "(`second_factor_required`) or with a wrong or used code (`second_factor_invalid`)",
     ),
     404: OpenApiResponse(ErrorEnvelope, description="no such confirmation"),
     429: OpenApiResponse(
@@ -185,6 +213,8 @@ class ReviewerApi(JsonApi):
 
 
 def _refused(exc: ConfirmationError) -> APIException:
+    if isinstance(exc, FactorRequired):
+        return FactorRefused(exc.message, exc.code)
     if isinstance(exc, ConfirmationNotFound):
         return NotFound("There is no confirmation with that id.")
     if isinstance(exc, ReasonRequired | SecondLookRequired):
@@ -221,16 +251,39 @@ class ConfirmationApproveApi(ReviewerApi):
     def post(self, request: Request, confirmation_id: str) -> Response:
         body = self._body(request)
         self.require_confirmation(confirmation_id)
+        reviewer = self.reviewer(request)
         try:
             approve(
                 confirmation_id=confirmation_id,
-                reviewer=self.reviewer(request),
+                reviewer=reviewer,
                 separate=body.separate,
                 confirmed=body.confirmed,
+                factor=self._factor(request, reviewer, body.totp),
             )
         except ConfirmationError as exc:
             raise _refused(exc) from None
         return self.answer(confirmation_id)
+
+    @staticmethod
+    def _factor(request: Request, reviewer: User, code: str | None) -> bool:
+        """A TOTP code in the request, checked now; without one, a browser session's fresh
+        factor (a token alone carries none)."""
+        if code is None:
+            return isinstance(
+                request.successful_authenticator, SessionAuthentication
+            ) and factor_fresh(request._request)
+        try:
+            valid = factor_check(request=request._request, user=reviewer, code=code)
+        except FactorLocked:
+            raise FactorLockedOut(
+                "Too many wrong codes: wait for the lockout to end, as after wrong passwords."
+            ) from None
+        if not valid:
+            raise FactorRefused(
+                "That code is wrong, or was used already: send the one the app shows now.",
+                "second_factor_invalid",
+            )
+        return True
 
     @staticmethod
     def _body(request: Request) -> ApproveRequest:

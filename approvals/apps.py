@@ -6,14 +6,17 @@ class ApprovalsConfig(AppConfig):
     name = "approvals"
     # The application's database role may only INSERT and SELECT these (manage.py db_roles).
     # A vote, once cast, stays; so does every event of a confirmation's log.
-    append_only_models = ("ConfirmationEvent", "Vote")
+    append_only_models = ("ConfirmationEvent", "PolicyEvent", "Vote")
+    # ... and may not delete these: a policy change, drafted, stays on record.
+    kept_models = ("PolicyChange",)
 
     def ready(self) -> None:
         # The event log is chained: sealed and verified with the audit records.
-        from approvals.chains import confirmation_events
+        from approvals.chains import confirmation_events, policy_events
         from dispatch.audit import chain_source_register
 
         chain_source_register(confirmation_events)
+        chain_source_register(policy_events)
 
         # The agent's doors withdraw a held call through dispatch, which names no approvals.
         from approvals.deciding import confirmation_withdraw

@@ -1,15 +1,24 @@
-"""The confirmation events' chains, one per confirmation, for the audit's sealer and verifier
-(dispatch/audit.py)."""
+"""The chains of approvals' rows, for the audit's sealer and verifier (dispatch/audit.py): the
+confirmation events, one chain per confirmation, and the policy events, one chain per agent (per
+reviewer for approval limits)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
+from itertools import groupby
 
-from approvals.models import ConfirmationEvent
+from approvals.models import ConfirmationEvent, PolicyEvent
 from dispatch.audit import ChainSource
 from dispatch.models import Confirmation
-from dispatch.pipeline.audit_chain import EVENT_FIELDS, Head, Link, covered, event_chain
+from dispatch.pipeline.audit_chain import (
+    EVENT_FIELDS,
+    POLICY_EVENT_FIELDS,
+    Head,
+    Link,
+    covered,
+    event_chain,
+)
 
 _CHUNK = 5000
 
@@ -53,4 +62,38 @@ confirmation_events = ChainSource(
     heads=_heads,
     links=_links,
     heads_since=_heads_since,
+)
+
+
+def _policy_links() -> Iterator[tuple[str, Link]]:
+    rows = (
+        PolicyEvent.objects.order_by("chain", "chain_seq", "id")
+        .values("id", "chain_seq", "chain_hash", *POLICY_EVENT_FIELDS)
+        .iterator(chunk_size=_CHUNK)
+    )
+    for row in rows:
+        yield (
+            row["chain"],
+            Link(row["id"], row["chain_seq"], row["chain_hash"], covered(POLICY_EVENT_FIELDS, row)),
+        )
+
+
+def _policy_heads_since(since: datetime | None) -> Iterator[Head]:
+    # A chain's last event is its head; seals vouch for where it ends.
+    events = PolicyEvent.objects.all()
+    if since is not None:
+        moved = PolicyEvent.objects.filter(at__gte=since).values("chain")
+        events = events.filter(chain__in=moved)
+    rows = events.order_by("chain", "-chain_seq").values_list("chain", "chain_seq", "chain_hash")
+    for chain, links in groupby(rows.iterator(chunk_size=_CHUNK), key=lambda row: row[0]):
+        _, seq, head = next(links)
+        yield Head(chain, seq, head)
+
+
+policy_events = ChainSource(
+    name="policy events",
+    count=PolicyEvent.objects.count,
+    heads=None,
+    links=_policy_links,
+    heads_since=_policy_heads_since,
 )

@@ -62,6 +62,7 @@ def confirmation_approve(
     now: datetime | None = None,
     separate: bool = False,
     confirmed: bool = False,
+    factor: bool = False,
     channel: str = "",
     deciding_only: bool = False,
 ) -> Confirmation:
@@ -76,10 +77,12 @@ def confirmation_approve(
     refused unless `separate`: the reviewer's explicit word that it is a separate one, which the
     event log keeps. An amount above the policy's second-look amount in its currency
     (confirm_above) is refused unless `confirmed`: the reviewer's second look, given after
-    seeing the amount and the customer's sum. Raises ConfirmationError. `now` is the decision's
-    time (a demo's history gives its own; by default, now). `channel` names the door in the
-    event log where it is not the pages or the API ("slack"); with `deciding_only` an approval
-    that would only be a vote is refused (NeedsCard) and nothing is recorded."""
+    seeing the amount and the customer's sum. An amount above its second-factor line
+    (factor_above) is refused unless `factor`: the door checked the reviewer's fresh second
+    factor. Raises ConfirmationError. `now` is the decision's time (a demo's history gives its
+    own; by default, now). `channel` names the door in the event log where it is not the pages
+    or the API ("slack"); with `deciding_only` an approval that would only be a vote is refused
+    (NeedsCard) and nothing is recorded."""
     return _raise_refusal(
         _approve(
             confirmation_id,
@@ -87,6 +90,7 @@ def confirmation_approve(
             now or timezone.now(),
             separate,
             confirmed,
+            factor,
             channel=channel,
             deciding_only=deciding_only,
         )
@@ -100,6 +104,7 @@ def _approve(
     now: datetime,
     separate: bool,
     confirmed: bool = False,
+    factor: bool = False,
     *,
     channel: str = "",
     deciding_only: bool = False,
@@ -131,6 +136,7 @@ def _approve(
         money=money,
         separate=separate,
         confirmed=confirmed,
+        factor=factor,
         recheck=lambda policy: _recheck(confirmation, policy),
     )
     if decision.outcome is Outcome.REFUSED:
@@ -206,6 +212,7 @@ def confirmation_edit_approve(
     now: datetime | None = None,
     separate: bool = False,
     confirmed: bool = False,
+    factor: bool = False,
 ) -> Confirmation:
     """Edit a held call as its tool allows (`changes`: only its editable arguments), then
     approve the edited call, in one transaction.
@@ -216,11 +223,11 @@ def confirmation_edit_approve(
     reviewer's limit) as confirmation_approve judges it. The held one becomes superseded; its
     money stops counting and the edited amount counts instead. An edit the tool's rules or the
     pipeline refuse raises EditRefused; an approval of the edited call that is refused (a
-    possible duplicate, a second look) raises its refusal, and then the edit is not made
-    either: nothing changes. Returns the edited confirmation."""
+    possible duplicate, a second look, a second factor) raises its refusal, and then the edit
+    is not made either: nothing changes. Returns the edited confirmation."""
     return _raise_refusal(
         _edit_approve(
-            confirmation_id, reviewer, changes, now or timezone.now(), separate, confirmed
+            confirmation_id, reviewer, changes, now or timezone.now(), separate, confirmed, factor
         )
     )
 
@@ -233,6 +240,7 @@ def _edit_approve(
     now: datetime,
     separate: bool,
     confirmed: bool,
+    factor: bool,
 ) -> Confirmation | ConfirmationError:
     original = confirmation_locked(confirmation_id)
     closed = closed_reason(held_call_of(original), now)
@@ -288,7 +296,7 @@ def _edit_approve(
         f"confirmation {edited.pk} takes its place.",
     )
     held_money_edited(original=original, edited=edited, now=now)
-    approved = _approve(edited.pk, reviewer, now, separate, confirmed)
+    approved = _approve(edited.pk, reviewer, now, separate, confirmed, factor)
     if isinstance(approved, ConfirmationError):
         # Raised inside the transaction: the edit is undone with the approval it could not get.
         raise type(approved)(approved.message, original)

@@ -73,6 +73,13 @@ class EditRefused(ConfirmationError):
     code = "edit_refused"
 
 
+class FactorRequired(ConfirmationError):
+    """Its amount is above its policy's second-factor line (factor_above): approving it takes the
+    reviewer's fresh second factor (docs/identity.md)."""
+
+    code = decision.FACTOR_REQUIRED
+
+
 class NotReconcilable(ConfirmationError):
     """Only an execution whose outcome is unknown is reconciled."""
 
@@ -87,6 +94,10 @@ REFUSALS: dict[str, type[ConfirmationError]] = {
         AlreadyDecided,
         AlreadyVoted,
         PossibleDuplicate,
+        AlreadyDecided,
+        AlreadyVoted,
+        PossibleDuplicate,
+        FactorRequired,
         SecondLookRequired,
     )
 }

@@ -298,3 +298,114 @@ class SlackRequest(models.Model):
 
     def __str__(self) -> str:
         return f"Slack request at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class PolicyChangeKind(models.TextChoices):
+    # A new version of an agent's policy.
+    POLICY = "policy"
+    # A reviewer's approval limit in one currency (ReviewerLimit), set or removed.
+    LIMIT = "limit"
+
+
+class PolicyChangeStatus(models.TextChoices):
+    DRAFT = "draft"
+    APPROVED = "approved"
+    WITHDRAWN = "withdrawn"
+
+
+class PolicyChange(models.Model):
+    """A change to an agent's policy or to a reviewer's limit, drafted by one person and applied
+    only when another manager approves it (approvals/policy_changes.py).
+
+    Policies are insert-only, so a draft lives here until then. On PostgreSQL a trigger refuses
+    to change what a draft proposes, to settle it twice, or to record its author as its approver
+    (migration approvals 0008); the application's role may not delete one.
+    """
+
+    kind = models.CharField(max_length=8, choices=PolicyChangeKind.choices)
+    agent = models.ForeignKey(
+        "dispatch.Agent",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="policy_changes",
+    )
+    # The version in force when it was drafted: approving it after another version took its
+    # place is refused (the difference shown would no longer be the difference applied).
+    base_policy = models.ForeignKey(
+        "dispatch.Policy", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="limit_changes",
+    )
+    currency = models.CharField(max_length=16, blank=True, default="")
+    # A policy: every field of the new version (allowed_tools, currency_limits in minor units,
+    # human_rules, auto_approve_window_seconds, step_budget, repeat_limit,
+    # confirmation_ttl_seconds). A limit: {"max_amount_cents": n}, or n null to remove it.
+    proposal = models.JSONField()
+    note = models.TextField(blank=True, default="")
+    status = models.CharField(
+        max_length=12, choices=PolicyChangeStatus.choices, default=PolicyChangeStatus.DRAFT
+    )
+    drafted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    drafted_at = models.DateTimeField()
+    # Who approved or withdrew it, and when.
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    # The version its approval made.
+    policy = models.ForeignKey(
+        "dispatch.Policy", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-drafted_at", "-id"]
+        indexes = [models.Index(fields=["status", "drafted_at"], name="policy_change_status_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} change {self.pk} ({self.status})"
+
+
+class PolicyEventKind(models.TextChoices):
+    DRAFTED = "drafted"
+    APPROVED = "approved"
+    WITHDRAWN = "withdrawn"
+    # The emergency path: one person disables (or enables again) an agent at once.
+    DISABLED = "disabled"
+    ENABLED = "enabled"
+
+
+class PolicyEvent(models.Model):
+    """Who drafted, approved or withdrew each change, and who disabled an agent alone: append-only,
+    chained per agent (a reviewer's limits: per reviewer), sealed and verified with the audit."""
+
+    chain = models.CharField(max_length=64)
+    at = models.DateTimeField()
+    kind = models.CharField(max_length=12, choices=PolicyEventKind.choices)
+    change = models.ForeignKey(
+        PolicyChange, on_delete=models.PROTECT, null=True, blank=True, related_name="events"
+    )
+    agent = models.ForeignKey(
+        "dispatch.Agent", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    actor_label = models.CharField(max_length=150)
+    data = models.JSONField(default=dict, blank=True)
+    chain_seq = models.PositiveBigIntegerField()
+    chain_hash = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["chain", "chain_seq"], name="policy_event_chain_place"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.chain} {self.kind} by {self.actor_label}"

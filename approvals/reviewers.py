@@ -15,6 +15,8 @@ from approvals.models import ReviewerToken
 from dispatch.services import token_hash
 
 REVIEWERS_GROUP = "reviewers"
+# Managers read the figures (analytics) and approve one another's policy changes.
+MANAGERS_GROUP = "managers"
 TOKEN_PREFIX = "tgr_"
 
 
@@ -23,6 +25,14 @@ def is_reviewer(user: AbstractBaseUser | AnonymousUser | object) -> bool:
         isinstance(user, User)
         and user.is_active
         and user.groups.filter(name=REVIEWERS_GROUP).exists()
+    )
+
+
+def is_manager(user: AbstractBaseUser | AnonymousUser | object) -> bool:
+    return (
+        isinstance(user, User)
+        and user.is_active
+        and user.groups.filter(name=MANAGERS_GROUP).exists()
     )
 
 

@@ -284,7 +284,12 @@ def slack_action_decide(action: SlackAction) -> str:
         )
     except SlackRefused as exc:
         words = exc.message
-    except (services.NeedsCard, services.SecondLookRequired, services.PossibleDuplicate) as exc:
+    except (
+        services.NeedsCard,
+        services.SecondLookRequired,
+        services.PossibleDuplicate,
+        services.FactorRequired,
+    ) as exc:
         words = f"Not decided from Slack: {exc.message} Open the card: {card}"
     except services.ConfirmationError as exc:
         words = f"Not decided: {exc.message}"

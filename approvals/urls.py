@@ -13,6 +13,7 @@ urlpatterns = [
     path("slack/actions", channel_views.slack_actions, name="slack_actions"),
     path("slack/commands", channel_views.slack_commands, name="slack_commands"),
     path("slack/link", channel_views.slack_link, name="slack_link"),
+    path("factor/", views.factor, name="factor"),
     path("<slug:confirmation_id>/", views.detail, name="detail"),
     path("<slug:confirmation_id>/approve", views.approve, name="approve"),
     path("<slug:confirmation_id>/edit", views.edit, name="edit"),

@@ -24,12 +24,14 @@ from django.views.decorators.http import require_GET, require_POST
 from django_tables2 import RequestConfig
 
 from approvals import selectors, services
+from approvals.factors import FactorLocked, factor_check, factor_fresh, factor_mark, has_factor
 from approvals.filters import HistoryFilter
 from approvals.forms import EditInvalid, RejectForm, edit_changes
 from approvals.notifications import failing_channels
 from approvals.reviewers import REVIEWERS_GROUP, is_reviewer
 from approvals.tables import ConfirmationTable, TriageTable
 from dispatch.models import Confirmation, ConfirmationStatus
+from dispatch.security import page_origin, security_event_record
 
 HISTORY_PAGE_SIZE = 25
 # What the history lists of a held call: when and how it was decided, and its details.
@@ -172,7 +174,11 @@ def approve(request: HttpRequest, confirmation_id: str) -> HttpResponse:
             separate=separate,
             # The second look that an amount above the policy's confirm_above needs.
             confirmed=request.POST.get("confirmed") == "yes",
+            # A second factor given on the step-up page within the last minutes.
+            factor=factor_fresh(request),
         )
+    except services.FactorRequired as exc:
+        return _factor_required(request, confirmation_id, exc)
     except services.SecondLookRequired as exc:
         # Nothing was recorded: the card again, asking once more, and a 400 for a script.
         return _second_look(request, confirmation_id, exc.message, separate=separate)
@@ -201,7 +207,10 @@ def edit(request: HttpRequest, confirmation_id: str) -> HttpResponse:
             changes=changes,
             separate=request.POST.get("separate") == "yes",
             confirmed=request.POST.get("confirmed") == "yes",
+            factor=factor_fresh(request),
         )
+    except services.FactorRequired as exc:
+        return _factor_required(request, confirmation_id, exc)
     except EditInvalid as exc:
         messages.error(request, f"Not edited: {exc}")
         return _back(request, confirmation_id)
@@ -235,6 +244,82 @@ def _second_look(
         },
         status=400,
     )
+
+
+@reviewer_required
+def factor(request: HttpRequest) -> HttpResponse:
+    """The step-up page: a code from the reviewer's authenticator app (or a recovery code), which
+    keeps their second factor fresh for TOOLGATE_FACTOR_FRESH_SECONDS, then back to the card."""
+    target = _next_of(request, str(request.POST.get("next") or request.GET.get("next") or ""))
+    if request.method != "POST":
+        return _factor_page(request, target)
+    code = str(request.POST.get("code", ""))[:64]
+    try:
+        valid = factor_check(request=request, user=_reader(request), code=code, recovery=True)
+    except FactorLocked:
+        return _factor_page(
+            request,
+            target,
+            reason="Too many wrong codes: wait for the lockout to end, as after wrong passwords.",
+            status=429,
+        )
+    if not valid:
+        return _factor_page(
+            request,
+            target,
+            reason="That code is wrong, or was used already: enter the one your app shows now.",
+            status=400,
+        )
+    factor_mark(request)
+    messages.success(request, "Second factor given: approve again.")
+    response = HttpResponseRedirect(target)
+    response.status_code = 303
+    return response
+
+
+def _factor_required(
+    request: HttpRequest, confirmation_id: str, exc: services.ConfirmationError
+) -> HttpResponse:
+    """Nothing was recorded: a 403 with the reason, on record, and the step-up page that takes
+    the reviewer back to the card."""
+    security_event_record(
+        origin=page_origin(request),
+        agent=Confirmation.objects.get(pk=confirmation_id).agent,
+        status=403,
+        reason=exc.code,
+        detail=f"{_reader(request).get_username()} approving {confirmation_id} "
+        "without a fresh second factor",
+    )
+    return _factor_page(
+        request,
+        _next(request, reverse("approvals:detail", args=[confirmation_id])),
+        reason=exc.message,
+        status=403,
+    )
+
+
+def _factor_page(
+    request: HttpRequest, target: str, *, reason: str = "", status: int = 200
+) -> HttpResponse:
+    return render(
+        request,
+        "approvals/factor.html",
+        {
+            "next": target,
+            "reason": reason,
+            "enrolled": has_factor(_reader(request)),
+            "fresh_minutes": max(1, round(settings.TOOLGATE_FACTOR_FRESH_SECONDS / 60)),
+        },
+        status=status,
+    )
+
+
+def _next_of(request: HttpRequest, target: str) -> str:
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ) or not target.startswith("/"):
+        return reverse("approvals:queue")
+    return target
 
 
 @require_POST
@@ -319,7 +404,7 @@ def _back(request: HttpRequest, confirmation_id: str, *, default: str = "") -> H
 
 def _next(request: HttpRequest, default: str) -> str:
     """The page the form was on, a local path only; else `default`."""
-    target = request.POST.get("next", "")
+    target = str(request.POST.get("next", ""))
     if not url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ) or not target.startswith("/"):

@@ -97,4 +97,12 @@ DEMO_USERS = (
         start="/analytics/",
         role="where calls fail and whether models recover; calls, confirmations, orders",
     ),
+    DemoUser(
+        "manager2",
+        "managers",
+        False,
+        ("dispatch.view_agent", "dispatch.view_policy"),
+        start="/analytics/",
+        role="a second manager: approves the policy changes the other drafts",
+    ),
 )

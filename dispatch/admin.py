@@ -247,7 +247,8 @@ def policy_thresholds_text(policy: Policy) -> str:
             f"{_major(each.auto_approve_below_cents, currency)}, two reviewers from "
             f"{_major(each.two_reviewers_from_cents, currency, 'never')}, daily cap "
             f"{_major(each.daily_cap_cents, currency, 'none')}, approvals ask once more above "
-            f"{_major(each.confirm_above_cents, currency, 'never')}"
+            f"{_major(each.confirm_above_cents, currency, 'never')}, a second factor above "
+            f"{_major(each.factor_above_cents, currency, 'never')}"
         )
     return "; ".join(lines) + "; any other currency is held for a human"
 
@@ -269,6 +270,7 @@ _THRESHOLDS = {
     "two_reviewers_from": ("two reviewers from", True),
     "daily_cap": ("daily cap without a human", True),
     "confirm_above": ("approvals ask once more above", True),
+    "factor_above": ("approvals need a second factor above", True),
 }
 _RULE_CHOICES = [
     ("", "by amount if high risk, else never"),
@@ -331,6 +333,7 @@ class PolicyVersionForm(forms.ModelForm):  # type: ignore[type-arg]
                     two_reviewers_from_cents=self._minor(currency, "two_reviewers_from", values),
                     daily_cap_cents=self._minor(currency, "daily_cap", values),
                     confirm_above_cents=self._minor(currency, "confirm_above", values),
+                    factor_above_cents=self._minor(currency, "factor_above", values),
                 )
             except forms.ValidationError as error:
                 self.add_error(None, error)
@@ -361,9 +364,9 @@ class PolicyVersionForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 _VERSION_NOTE = (
-    "A policy version is never edited. To change an agent's policy, add a new version: it "
-    "becomes the agent's current policy, and earlier decisions keep the version they were made "
-    "under."
+    "A policy version is never edited. To change an agent's policy, add a new version: it is a "
+    "draft until another manager approves it (Policy changes), then it becomes the agent's "
+    "current policy, and earlier decisions keep the version they were made under."
 )
 
 

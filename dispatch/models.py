@@ -182,6 +182,14 @@ class CallChannel(models.TextChoices):
     MCP = "mcp", "MCP"
 
 
+class SecurityChannel(models.TextChoices):
+    """Where a refused request came in: a call's channels, or a person's page."""
+
+    API = "api", "API"
+    MCP = "mcp", "MCP"
+    WEB = "web", "Pages"
+
+
 class AuditRecord(models.Model):
     """One per call, append-only: on PostgreSQL a trigger refuses UPDATE and DELETE."""
 
@@ -451,7 +459,8 @@ class Movement(models.Model):
 
 class SecurityEvent(models.Model):
     """A request the agent API or the MCP server refused (400, 401, 403, 409, 413, 415, 422,
-    429): who, from where, through which door, why.
+    429), or a person's page refused as a matter of security (an author approving their own
+    policy change): who, from where, through which door, why.
 
     Append-only (on PostgreSQL a trigger refuses UPDATE); old rows are pruned, so the table stays
     bounded however many requests are refused (dispatch.security).
@@ -468,7 +477,9 @@ class SecurityEvent(models.Model):
     status = models.PositiveSmallIntegerField()
     reason = models.CharField(max_length=64, help_text="the error's code, as the client got it")
     detail = models.CharField(max_length=200, blank=True)
-    channel = models.CharField(max_length=8, choices=CallChannel.choices, default=CallChannel.API)
+    channel = models.CharField(
+        max_length=8, choices=SecurityChannel.choices, default=SecurityChannel.API
+    )
 
     def __str__(self) -> str:
         return f"{self.status} {self.reason} {self.method} {self.path}"

@@ -37,7 +37,7 @@ from dispatch.auth_failures import (
     auth_throttled_first,
 )
 from dispatch.client_address import client_address
-from dispatch.models import Agent, CallChannel, SecurityEvent
+from dispatch.models import Agent, CallChannel, SecurityChannel, SecurityEvent
 from dispatch.store.guards import (
     PRUNE_FUNCTION,
     SECURITY_EVENTS_MIN_RETENTION_DAYS,
@@ -89,6 +89,13 @@ def api_origin(request: HttpRequest | Request) -> Origin:
         str(http_request.method),
         http_request.path,
         client_address(http_request) or None,
+    )
+
+
+def page_origin(request: HttpRequest) -> Origin:
+    """A person's page that refused a request as a matter of security."""
+    return Origin(
+        SecurityChannel.WEB, str(request.method), request.path, client_address(request) or None
     )
 
 

@@ -48,6 +48,7 @@ def policy_create(
     daily_cap_cents: int | None = None,
     two_reviewers_from_cents: int | None = None,
     confirm_above_cents: int | None = None,
+    factor_above_cents: int | None = None,
     step_budget: int = 50,
     repeat_limit: int = 3,
     confirmation_ttl_seconds: int = 24 * 3600,
@@ -75,6 +76,7 @@ def policy_create(
             two_reviewers_from_cents,
             daily_cap_cents,
             confirm_above_cents,
+            factor_above_cents,
         )
         currencies = {currency: flat for currency in settings.TOOLGATE_POLICY_CURRENCIES}
     # Locking the agent makes concurrent edits take consecutive versions.

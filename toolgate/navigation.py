@@ -17,6 +17,7 @@ from django.utils.functional import SimpleLazyObject
 from django.utils.text import capfirst
 
 from analytics.permissions import is_manager
+from approvals.models import PolicyChange, PolicyChangeStatus
 from approvals.reviewers import is_reviewer
 from approvals.selectors import pending_count, unknown_count, what_is_held
 
@@ -117,6 +118,24 @@ def places_for(user: AbstractBaseUser | AnonymousUser) -> list[Place]:
                 "Policy what-if",
                 reverse("analytics:what-if"),
                 "What a change to an agent's money thresholds would have done to its calls.",
+            )
+        )
+        drafts = PolicyChange.objects.filter(status=PolicyChangeStatus.DRAFT).count()
+        places.append(
+            Place(
+                "Policy changes",
+                reverse("analytics:policy-changes"),
+                "Changes to policies and reviewers' limits, each approved by a second manager.",
+                count=drafts or None,
+            )
+        )
+    if manager or is_reviewer(user):
+        places.append(
+            Place(
+                "Second factor",
+                reverse("mfa_index"),
+                "Your authenticator app and recovery codes: approvals above a policy's line ask "
+                "for a code.",
             )
         )
     if _administers(user):

@@ -3,6 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
+from analytics import urls as analytics_urls
 from analytics.apis import MetricsApi, PolicyWhatIfApi
 from approvals import apis as approvals_apis
 from toolgate import views
@@ -13,8 +14,15 @@ urlpatterns = [
     # Before Django's own: after logging in, each role lands on its page.
     path("accounts/login/", views.RoleLoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
+    # After Django's: the login and logout stay Toolgate's; allauth serves the second factor's
+    # pages (/accounts/2fa/) and the re-authentication they ask for.
+    path("accounts/", include("allauth.urls")),
     path("approvals/", include("approvals.urls")),
     path("analytics/", include("analytics.urls")),
+    path(
+        "policy-changes/",
+        include((analytics_urls.decision_urlpatterns, "policy-changes")),
+    ),
     path("records/", include("records.urls")),
     # Browsers ask for it whatever the page says; the layout's icon answers.
     path("favicon.ico", views.favicon, name="favicon"),

@@ -36,6 +36,13 @@ class RoleLoginView(LoginView):
     def get_default_redirect_url(self) -> str:
         return landing_url(self.request.user)
 
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context: dict[str, Any] = super().get_context_data(**kwargs)
+        # Single sign-on, where a provider is configured (docs/identity.md).
+        if settings.TOOLGATE_OIDC_SERVER_URL:
+            context["sso_name"] = settings.TOOLGATE_OIDC_NAME
+        return context
+
     def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
         username = str(self.request.POST.get("username", ""))
         failures = AxesProxyHandler.get_failures(self.request, {"username": username})

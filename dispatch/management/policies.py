@@ -19,6 +19,7 @@ DEFAULT_LIMITS: dict[str, str | None] = {
     "two_reviewers_from": "300",
     "daily_cap": None,
     "confirm_above": None,
+    "factor_above": None,
 }
 DEFAULT_POLICY: dict[str, Any] = {
     "auto_approve_window_seconds": 24 * 3600,
@@ -33,6 +34,7 @@ LIMIT_FLAGS = {
     "two_reviewers_from": ("two_reviewers_from_cents", True),
     "daily_cap": ("daily_cap_cents", True),
     "confirm_above": ("confirm_above_cents", True),
+    "factor_above": ("factor_above_cents", True),
 }
 
 
@@ -141,7 +143,8 @@ def describe_policy(policy: Policy) -> list[str]:
                     f"{_amount(each.auto_approve_below_cents, currency)}; two reviewers from "
                     f"{_amount(each.two_reviewers_from_cents, currency, 'never')}; daily cap "
                     f"{_amount(each.daily_cap_cents, currency, 'none')}; approvals ask once more "
-                    f"above {_amount(each.confirm_above_cents, currency, 'never')}",
+                    f"above {_amount(each.confirm_above_cents, currency, 'never')}; a second "
+                    f"factor above {_amount(each.factor_above_cents, currency, 'never')}",
                 )
             )
         rows.append(("other currencies", "held for a human"))

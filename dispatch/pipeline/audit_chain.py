@@ -59,6 +59,29 @@ EVENT_FIELDS = (
 )
 
 
+# A policy event's (approvals.models.PolicyEvent): who drafted, approved or withdrew a change.
+POLICY_EVENT_FIELDS = (
+    "chain",
+    "at",
+    "kind",
+    "change_id",
+    "agent_id",
+    "actor_id",
+    "actor_label",
+    "data",
+)
+
+
+def policy_chain(agent_id: int | str) -> str:
+    """The chain of an agent's policy changes and emergency stops."""
+    return f"policy:{agent_id}"
+
+
+def limits_chain(reviewer_id: int | str) -> str:
+    """The chain of a reviewer's approval limits' changes."""
+    return f"limits:{reviewer_id}"
+
+
 def audit_chain(agent_id: int | str, session_id: str) -> str:
     return f"audit:{agent_id}:{session_id}"
 

@@ -10,7 +10,9 @@ reviewers and their approval limits, the customer's sum as the approval judges i
 2. a second approval by the same reviewer: another reviewer's is needed (`already_voted`);
 3. a possible duplicate (held as one, or a twin approved, executing or executed since), without
    the reviewer's word that it is a separate one (`possible_duplicate`);
-4. an amount above the policy's second-look amount in its currency (`confirm_above`), without
+4. an amount above the policy's second-factor line in its currency (`factor_above`), without
+   the reviewer's fresh second factor (`second_factor_required`);
+5. an amount above the policy's second-look amount in its currency (`confirm_above`), without
    the reviewer's second look (`confirmation_required`); nothing is recorded.
 
 Otherwise the approval counts. The customer's sum of now says how many different reviewers must
@@ -44,6 +46,7 @@ POSSIBLE_DUPLICATE = "possible_duplicate"
 SECOND_LOOK_REQUIRED = "confirmation_required"
 # Why a withdrawal is refused: a reviewer approved it (or voted to), so it is theirs now.
 ALREADY_APPROVED = "already_approved"
+FACTOR_REQUIRED = "second_factor_required"
 
 # Why an approval that suffices does not execute when the agent has no active policy any more.
 NO_ACTIVE_POLICY = Refusal(codes.TOOL_NOT_ALLOWED, "the agent has no active policy any more")
@@ -228,6 +231,8 @@ class Decision:
     # a separate one, and a second look at an amount above the policy's confirm_above.
     asks_separate: bool = False
     asks_second_look: bool = False
+    # ... and the reviewer's fresh second factor, for an amount above the policy's factor_above.
+    asks_factor: bool = False
     # The re-check's refusal, where it is invalidated.
     invalidation: Refusal | None = None
 
@@ -244,6 +249,7 @@ def approval_decision(
     money: MoneyWords,
     separate: bool = False,
     confirmed: bool = False,
+    factor: bool = False,
     recheck: Callable[[Policy], Refusal | None] | None = None,
 ) -> Decision:
     """What `reviewer`'s approval of the held call does now.
@@ -254,7 +260,8 @@ def approval_decision(
     agent's current policy if the agent is active. `recheck` judges the call again under the
     live state; a page passes none, and then an approval that suffices is told as one that
     executes. `money` formats the amounts in the words; `separate` and `confirmed` are the
-    reviewer's word on a possible duplicate and their second look."""
+    reviewer's word on a possible duplicate and their second look; `factor` that the reviewer
+    gave a fresh second factor (the door that carried the approval checked it)."""
     required = _required(held, customer_sum)
     covered = _covered(held, customer_sum)
     asks_separate = customer_sum is not None and (
@@ -263,6 +270,7 @@ def approval_decision(
     asks_second_look = policy is not None and policy.needs_second_look(
         held.amount_cents, held.currency
     )
+    asks_factor = policy is not None and policy.needs_factor(held.amount_cents, held.currency)
     closed = closed_reason(held, now)
     voted = any(vote.reviewer.id == reviewer.id for vote in votes)
     counted = list(votes) if voted else [*votes, CastVote(reviewer, now)]
@@ -290,6 +298,7 @@ def approval_decision(
             required,
             asks_separate=asks_separate,
             asks_second_look=asks_second_look,
+            asks_factor=asks_factor,
             invalidation=invalidation,
         )
 
@@ -308,6 +317,16 @@ def approval_decision(
             POSSIBLE_DUPLICATE,
             f"It may repeat {_twin_words(customer_sum, held.currency, money)}. Approve it only "
             "if it is a separate one, with its own approval as such.",
+        )
+    if asks_factor and not factor:
+        assert policy is not None
+        limits = policy.limits(held.currency)
+        line = limits.factor_above_cents if limits is not None else None
+        return decided(
+            Outcome.REFUSED,
+            FACTOR_REQUIRED,
+            f"Approving more than {money(line or 0, held.currency)} needs your second factor, "
+            "given within the last minutes: enter a code from your authenticator app.",
         )
     if asks_second_look and not confirmed:
         assert policy is not None

@@ -38,6 +38,8 @@ class CurrencyLimits(NamedTuple):
     # Above this amount a reviewer's approval asks once more, showing the amount and the
     # customer's sum, before it is made; None: one click approves any amount.
     confirm_above_cents: int | None = None
+    # Above this amount an approval needs the reviewer's fresh second factor (TOTP); None: never.
+    factor_above_cents: int | None = None
 
 
 _NO_RULES: Mapping[str, HumanRule] = MappingProxyType({})
@@ -82,6 +84,13 @@ class Policy:
     def needs_second_look(self, amount_cents: int | None, currency: str) -> bool:
         """Whether approving a held call of that amount asks the reviewer once more."""
         line = self.confirm_above(currency)
+        return line is not None and amount_cents is not None and amount_cents > line
+
+    def needs_factor(self, amount_cents: int | None, currency: str) -> bool:
+        """Whether approving a held call of that amount needs the reviewer's fresh second
+        factor."""
+        limits = self.limits(currency)
+        line = None if limits is None else limits.factor_above_cents
         return line is not None and amount_cents is not None and amount_cents > line
 
     def human_rule(self, tool: str, *, high_risk: bool) -> HumanRule:

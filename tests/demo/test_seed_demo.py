@@ -96,7 +96,11 @@ def test_it_creates_the_users_in_their_groups(run: Run, client: Client) -> None:
     assert list(User.objects.get(username="manager").groups.values_list("name", flat=True)) == [
         "managers"
     ]
-    for username in ("admin", "reviewer", "manager"):
+    # A second manager, to approve the policy changes the first drafts.
+    assert list(User.objects.get(username="manager2").groups.values_list("name", flat=True)) == [
+        "managers"
+    ]
+    for username in ("admin", "reviewer", "manager", "manager2"):
         assert User.objects.get(username=username).check_password("s3cret-demo")
     # Only the administrator reaches the admin.
     staff = set(User.objects.filter(is_staff=True).values_list("username", flat=True))

@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.utils import timezone
 
+from approvals.models import PolicyChange
+from approvals.policy_changes import policy_change_approve
 from dispatch.models import Agent, AuditRecord, Confirmation, Policy
 from dispatch.pipeline.policy import CurrencyLimits
 from dispatch.services import agent_authenticate, agent_create, call_dispatch
@@ -75,7 +77,7 @@ def test_the_disable_action_stops_the_token(
     assert agent_authenticate(token) is None
 
 
-def test_adding_a_policy_makes_a_new_current_version_and_keeps_the_old(
+def test_adding_a_policy_drafts_a_version_that_another_manager_puts_in_force(
     admin_client: Client, admin_user: User, agent: Agent
 ) -> None:
     first = agent.current_policy
@@ -104,6 +106,10 @@ def test_adding_a_policy_makes_a_new_current_version_and_keeps_the_old(
     )
 
     assert response.status_code == 302, response.content
+    assert agent.policies.count() == 1
+    manager = User.objects.create_user("max")
+    manager.groups.add(Group.objects.get_or_create(name="managers")[0])
+    policy_change_approve(change_id=PolicyChange.objects.get().pk, approver=manager)
     agent.refresh_from_db()
     current = agent.current_policy
     assert current is not None

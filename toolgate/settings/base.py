@@ -31,6 +31,13 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "axes",
+    # A second factor (TOTP and recovery codes) before money moves above a policy's line.
+    "allauth",
+    "allauth.account",
+    "allauth.mfa",
+    # Single sign-on with an OpenID Connect provider, configured from the environment below.
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
     "django_htmx",
     "django_tables2",
     "django_filters",
@@ -58,6 +65,10 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # The managers' pages and API: a slot each, a statement timeout, and an answer in time.
     "analytics.heavy.ManagerRequestMiddleware",
+    # allauth's pages (the second factor's enrolment) keep their state in the session.
+    "allauth.account.middleware.AccountMiddleware",
+    # The identity provider away: a page that says so (toolgate/accounts.py).
+    "toolgate.accounts.ProviderDownMiddleware",
     # Last, as axes asks: it turns a login refused for a lockout into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -127,6 +138,49 @@ AXES_LOCKOUT_CALLABLE = "toolgate.views.login_locked_out"
 # the client's address is the socket's (dispatch/client_address.py). Never set it above the
 # number of proxies that really append, or clients choose the address they are recorded under.
 TOOLGATE_TRUSTED_PROXY_COUNT = env.int("TOOLGATE_TRUSTED_PROXY_COUNT", default=0)
+
+# The second factor (docs/identity.md): django-allauth's MFA keeps each user's authenticator app
+# (TOTP) and recovery codes; the login stays Toolgate's own, and nobody signs up through allauth.
+ACCOUNT_ADAPTER = "toolgate.accounts.ClosedSignupAdapter"
+ACCOUNT_LOGIN_METHODS = {"username"}
+ACCOUNT_SIGNUP_FIELDS = ["username*", "password1*", "password2*"]
+ACCOUNT_EMAIL_VERIFICATION = "none"
+MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
+MFA_TOTP_ISSUER = env.str("TOOLGATE_TOTP_ISSUER", default="Toolgate")
+# How long a second factor given on the pages stays fresh for approvals above the line.
+TOOLGATE_FACTOR_FRESH_SECONDS = env.int("TOOLGATE_FACTOR_FRESH_SECONDS", default=300)
+
+# Single sign-on (docs/identity.md): an OpenID Connect provider's issuer, this site's client at
+# it, and which of its groups (in the claim TOOLGATE_OIDC_GROUPS_CLAIM) make a reviewer, a manager
+# or an administrator: TOOLGATE_OIDC_ROLES=reviewers=toolgate-reviewers,managers=...
+TOOLGATE_OIDC_SERVER_URL = env.str("TOOLGATE_OIDC_SERVER_URL", default="")
+TOOLGATE_OIDC_NAME = env.str("TOOLGATE_OIDC_NAME", default="single sign-on")
+TOOLGATE_OIDC_GROUPS_CLAIM = env.str("TOOLGATE_OIDC_GROUPS_CLAIM", default="groups")
+TOOLGATE_OIDC_ROLES: dict[str, str] = env.dict("TOOLGATE_OIDC_ROLES", default={})
+SOCIALACCOUNT_ADAPTER = "toolgate.accounts.SingleSignOnAdapter"
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_STORE_TOKENS = False
+SOCIALACCOUNT_PROVIDERS: dict[str, Any] = {
+    "openid_connect": {
+        "OAUTH_PKCE_ENABLED": True,
+        "APPS": [
+            {
+                "provider_id": "sso",
+                "name": TOOLGATE_OIDC_NAME,
+                "client_id": env.str("TOOLGATE_OIDC_CLIENT_ID", default=""),
+                "secret": env.str("TOOLGATE_OIDC_CLIENT_SECRET", default=""),
+                "settings": {
+                    "server_url": TOOLGATE_OIDC_SERVER_URL,
+                    "scope": env.list(
+                        "TOOLGATE_OIDC_SCOPES", default=["openid", "profile", "email", "groups"]
+                    ),
+                },
+            }
+        ]
+        if TOOLGATE_OIDC_SERVER_URL
+        else [],
+    }
+}
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"

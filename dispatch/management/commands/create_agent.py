@@ -92,6 +92,15 @@ class Command(BaseCommand):
             f"the customer's sum; CUR:none for never{money} (default none)",
         )
         parser.add_argument(
+            "--factor-above",
+            nargs="+",
+            type=per_currency,
+            default=(),
+            metavar="CUR:AMOUNT",
+            help="above this amount an approval needs the reviewer's fresh second factor (TOTP); "
+            f"CUR:none for never{money} (default none)",
+        )
+        parser.add_argument(
             "--human",
             nargs="+",
             type=human_rule,

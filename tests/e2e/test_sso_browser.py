@@ -1,0 +1,180 @@
+"""Single sign-on in a real browser, against a real OpenID provider started here (oidc-provider on
+Node, tests/toolgate/oidc/): a user of the provider logs in with it, gets an account and the role
+its groups map to, and lands on that role's page; the provider down is a clear page, and the
+local login still works."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from django.contrib.auth.models import User
+from playwright.sync_api import expect
+from pytest_django.fixtures import Settings
+from pytest_django.live_server_helper import LiveServer
+
+from tests.conftest import require_service
+from tests.e2e.conftest import MakeBrowserUser, OpenTab, Tab
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PROVIDER = Path(__file__).parent.parent / "toolgate" / "oidc"
+CLIENT_ID, CLIENT_SECRET = "toolgate", "toolgate-test-secret"
+GROUPS = {"rita": ["toolgate-reviewers", "sales"], "otto": ["sales"]}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def provider(live_server: LiveServer) -> Iterator[str]:
+    """The provider's issuer URL, its client's redirect URI this live server's callback."""
+    npm, node = shutil.which("npm"), shutil.which("node")
+    require_service(npm is not None and node is not None, "needs Node.js and npm")
+    assert npm is not None and node is not None
+    if not (PROVIDER / "node_modules" / ".package-lock.json").exists():
+        subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=PROVIDER,
+            check=True,
+            timeout=600,
+        )
+    port = free_port()
+    issuer = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [node, "provider.mjs"],
+        cwd=PROVIDER,
+        env={
+            **os.environ,
+            "PORT": str(port),
+            "REDIRECT_URI": f"{live_server.url}/accounts/oidc/sso/login/callback/",
+            "GROUPS": json.dumps(GROUPS),
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                requests.get(f"{issuer}/.well-known/openid-configuration", timeout=1)
+                break
+            except requests.ConnectionError:
+                assert time.monotonic() < deadline, "the OpenID provider did not start"
+                time.sleep(0.2)
+        yield issuer
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def forgive_the_providers_pages(tab: Tab, issuer: str) -> None:
+    """The provider's own development pages load a web font and a favicon it does not serve:
+    its errors, not this site's."""
+    tab.errors = [
+        error
+        for error in tab.errors
+        if not error.startswith((issuer, "https://fonts.googleapis.com/"))
+    ]
+
+
+def configure(settings: Settings, issuer: str) -> None:
+    settings.TOOLGATE_OIDC_SERVER_URL = issuer
+    settings.TOOLGATE_OIDC_NAME = "Company SSO"
+    settings.TOOLGATE_OIDC_ROLES = {"reviewers": "toolgate-reviewers", "managers": "ops-leads"}
+    settings.SOCIALACCOUNT_PROVIDERS = {
+        "openid_connect": {
+            "OAUTH_PKCE_ENABLED": True,
+            "APPS": [
+                {
+                    "provider_id": "sso",
+                    "name": "Company SSO",
+                    "client_id": CLIENT_ID,
+                    "secret": CLIENT_SECRET,
+                    "settings": {
+                        "server_url": issuer,
+                        "scope": ["openid", "profile", "email", "groups"],
+                    },
+                }
+            ],
+        }
+    }
+
+
+def test_a_provider_user_logs_in_and_gets_the_role_its_groups_map_to(
+    open_tab: OpenTab, provider: str, settings: Settings
+) -> None:
+    configure(settings, provider)
+    tab = open_tab()
+    page = tab.page
+
+    page.goto("/accounts/login/")
+    tab.check_accessibility()
+    page.get_by_role("button", name="Log in with Company SSO").click()
+    page.locator("input[name=login]").fill("rita")
+    page.locator("input[name=password]").fill("anything")
+    page.locator("button[type=submit]").click()
+    page.locator("button[type=submit]").click()
+
+    expect(page).to_have_url(re.compile(r"/approvals/$"))
+    expect(page.get_by_role("navigation", name="Main")).to_contain_text("Approvals")
+    forgive_the_providers_pages(tab, provider)
+    rita = User.objects.get(username="rita")
+    assert list(rita.groups.values_list("name", flat=True)) == ["reviewers"]
+    assert not rita.has_usable_password()
+
+
+def test_a_provider_user_in_no_mapped_group_gets_an_account_and_no_role(
+    open_tab: OpenTab, provider: str, settings: Settings, browser_user: MakeBrowserUser
+) -> None:
+    configure(settings, provider)
+    tab = open_tab()
+    page = tab.page
+
+    page.goto("/accounts/login/")
+    page.get_by_role("button", name="Log in with Company SSO").click()
+    page.locator("input[name=login]").fill("otto")
+    page.locator("input[name=password]").fill("anything")
+    page.locator("button[type=submit]").click()
+    page.locator("button[type=submit]").click()
+
+    expect(page.get_by_role("navigation", name="Main")).not_to_contain_text("Approvals")
+    forgive_the_providers_pages(tab, provider)
+    otto = User.objects.get(username="otto")
+    assert not otto.groups.exists()
+    assert not (otto.is_staff or otto.is_superuser)
+
+
+def test_the_provider_down_is_a_clear_page_and_local_logins_still_work(
+    open_tab: OpenTab, settings: Settings, browser_user: MakeBrowserUser
+) -> None:
+    configure(settings, f"http://127.0.0.1:{free_port()}")
+    browser_user("ada", is_staff=True, is_superuser=True)
+    tab = open_tab()
+    page = tab.page
+
+    page.goto("/accounts/login/")
+    with page.expect_response(lambda response: "/accounts/oidc/" in response.url) as answer:
+        page.get_by_role("button", name="Log in with Company SSO").click()
+
+    assert answer.value.status == 503
+    expect(page.get_by_role("heading", name="Single sign-on is unavailable")).to_be_visible()
+    tab.check_accessibility()
+    tab.errors.clear()
+    page.get_by_role("link", name="log in with their password").click()
+    page.get_by_label("Username").fill("ada")
+    page.get_by_label("Password").fill("browser-pw")
+    page.get_by_role("button", name="Log in", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/admin/$"))

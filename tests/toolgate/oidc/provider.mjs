@@ -1,0 +1,42 @@
+// A real OpenID provider for the single sign-on tests (oidc-provider, with its development
+// login and consent pages): one confidential client, and the users' groups in a claim.
+// PORT, REDIRECT_URI and GROUPS (JSON: {"user": ["group", ...]}) come from the environment.
+import Provider from "oidc-provider";
+
+const port = Number(process.env.PORT);
+const groups = JSON.parse(process.env.GROUPS || "{}");
+const provider = new Provider(`http://127.0.0.1:${port}`, {
+  clients: [
+    {
+      client_id: "toolgate",
+      client_secret: "toolgate-test-secret",
+      redirect_uris: [process.env.REDIRECT_URI],
+      grant_types: ["authorization_code"],
+      response_types: ["code"],
+    },
+  ],
+  claims: {
+    openid: ["sub"],
+    profile: ["preferred_username", "name"],
+    email: ["email", "email_verified"],
+    groups: ["groups"],
+  },
+  scopes: ["openid", "profile", "email", "groups"],
+  cookies: { keys: ["toolgate-test-cookie-key"] },
+  async findAccount(ctx, id) {
+    return {
+      accountId: id,
+      async claims() {
+        return {
+          sub: id,
+          preferred_username: id,
+          name: id,
+          email: `${id}@example.test`,
+          email_verified: true,
+          groups: groups[id] || [],
+        };
+      },
+    };
+  },
+});
+provider.listen(port, "127.0.0.1", () => console.log(`listening ${port}`));
