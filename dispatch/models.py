@@ -197,6 +197,8 @@ class CallChannel(models.TextChoices):
 
     API = "api", "API"
     MCP = "mcp", "MCP"
+    # Not a call: the reconciler found the books broken (books/reconciler.py).
+    BOOKS = "books", "Books"
 
 
 class AuditRecord(models.Model):

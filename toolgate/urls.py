@@ -16,6 +16,7 @@ urlpatterns = [
     path("approvals/", include("approvals.urls")),
     path("analytics/", include("analytics.urls")),
     path("records/", include("records.urls")),
+    path("books/", include("books.urls")),
     # Browsers ask for it whatever the page says; the layout's icon answers.
     path("favicon.ico", views.favicon, name="favicon"),
     path(
