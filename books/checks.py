@@ -26,6 +26,7 @@ from typing import Any
 
 from django.apps import apps
 from django.db import connection
+from django.db.models import Field
 from django.urls import reverse
 from django.utils.http import urlencode
 
@@ -139,15 +140,16 @@ RETAIL_REFUND_BEYOND_PAYMENT = Check(
 def _ledgers() -> list[tuple[str, str, tuple[str, ...]]]:
     """(table, key column, tools) of each domain that declares the system of record its tools'
     executions write one row to, under their execution key (AppConfig.execution_ledger)."""
-    found = []
+    found: list[tuple[str, str, tuple[str, ...]]] = []
     for config in apps.get_app_configs():
         declared = getattr(config, "execution_ledger", None)
         if declared is None:
             continue
         model_name, key_field, tools = declared
         model = config.get_model(model_name)
-        column = model._meta.get_field(key_field).column
-        found.append((model._meta.db_table, column, tuple(tools)))
+        field = model._meta.get_field(key_field)
+        assert isinstance(field, Field)
+        found.append((model._meta.db_table, str(field.column), tuple(tools)))
     return found
 
 

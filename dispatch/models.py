@@ -119,7 +119,8 @@ class Policy(models.Model):
         """How far back, in seconds, a call's possible duplicates are sought."""
         if self.duplicate_lookback_seconds is not None:
             return self.duplicate_lookback_seconds
-        return self.confirmation_ttl_seconds + settings.TOOLGATE_IDEMPOTENCY_KEEP_SECONDS
+        keep: int = settings.TOOLGATE_IDEMPOTENCY_KEEP_SECONDS
+        return self.confirmation_ttl_seconds + keep
 
     def snapshot(self) -> PolicySnapshot:
         return PolicySnapshot(
