@@ -21,7 +21,7 @@ at its time.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.apps import apps
@@ -64,6 +64,8 @@ class Check:
     changed: dict[str, str]
     found: Callable[[Sequence[Any]], Found]
     params: Callable[[], dict[str, Any]] = dict
+    # What a placeholder of `changed` is in a full sweep, where not "".
+    swept: dict[str, str] = field(default_factory=dict)
 
 
 def _order_url(order_id: str) -> str:
@@ -164,26 +166,38 @@ _MAY_HAVE_EXECUTED = (
 
 def _execution_check() -> Check:
     """Executed without its ledger row; or a ledger row under the execution key of a
-    confirmation that did not execute (found through its money's row, which has the same key).
-    Over what changed: the confirmations whose log moved, and the ledgers' new rows."""
+    confirmation that did not execute. Over what changed: the confirmations whose log moved,
+    and the ledgers' new rows (through their money's row, which has the same key)."""
     parts = []
-    changed = {"events": f"AND {_EVENTS_MOVED}"}
+    # Over what changed, the confirmations are read from their log's new events.
+    changed = {
+        "confirmations": "(SELECT DISTINCT confirmation_id FROM approvals_confirmationevent "
+        "WHERE id > %(approvals_confirmationevent_after)s) AS moved "
+        "JOIN dispatch_confirmation c ON c.id = moved.confirmation_id"
+    }
+    swept = {"confirmations": "dispatch_confirmation c"}
     quote = connection.ops.quote_name
     statuses = ", ".join(f"'{status}'" for status in _MAY_HAVE_EXECUTED)
     for table, column, tools in _ledgers():
         names = ", ".join(f"'{tool}'" for tool in sorted(tools)) or "''"
-        changed[table] = f"AND (l.id > %({table}_after)s OR {_EVENTS_MOVED})"
+        key = f"l.{quote(column)}"
+        changed[table] = f"AND l.id > %({table}_after)s"
+        # The sweep finds those by the confirmations already.
+        swept[table] = "AND false"
         parts.append(
             f"""
             SELECT c.id, c.tool, c.status, 'executed, and no ledger row' AS what
-            FROM dispatch_confirmation c
+            FROM {{confirmations}}
             WHERE c.status = '{ConfirmationStatus.EXECUTED}' AND c.tool IN ({names})
-                AND NOT EXISTS (SELECT 1 FROM {quote(table)} l
-                    WHERE l.{quote(column)} = {_EXECUTION_KEY}) {{events}}
-            UNION ALL
+                AND NOT EXISTS (SELECT 1 FROM {quote(table)} l WHERE {key} = {_EXECUTION_KEY})
+            UNION
+            SELECT c.id, c.tool, c.status, 'a ledger row, and not executed' AS what
+            FROM {{confirmations}} JOIN {quote(table)} l ON {key} = {_EXECUTION_KEY}
+            WHERE c.status NOT IN ({statuses}) AND c.tool IN ({names})
+            UNION
             SELECT c.id, c.tool, c.status, 'a ledger row, and not executed' AS what
             FROM {quote(table)} l
-                JOIN dispatch_movement m ON m.key = l.{quote(column)} AND m.confirmation_id <> ''
+                JOIN dispatch_movement m ON m.key = {key} AND m.confirmation_id <> ''
                 JOIN dispatch_confirmation c ON c.id = m.confirmation_id
             WHERE c.status NOT IN ({statuses}) {{{table}}}
             """
@@ -191,9 +205,10 @@ def _execution_check() -> Check:
     return Check(
         EXECUTION_LEDGER.invariant,
         EXECUTION_LEDGER.words,
-        " UNION ALL ".join(parts) or "SELECT NULL, NULL, NULL, NULL WHERE false",
+        " UNION ".join(parts) or "SELECT NULL, NULL, NULL, NULL WHERE false",
         changed,
         EXECUTION_LEDGER.found,
+        swept=swept,
     )
 
 
@@ -209,13 +224,6 @@ EXECUTION_LEDGER = Check(
         _confirmation_url(row[0]),
     ),
 )
-
-# A confirmation whose log moved since the runs before.
-_EVENTS_MOVED = (
-    "c.id IN (SELECT confirmation_id FROM approvals_confirmationevent "
-    "WHERE id > %(approvals_confirmationevent_after)s)"
-)
-
 
 # Money moved without a human ------------------------------------------------------------------
 

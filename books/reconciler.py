@@ -65,7 +65,10 @@ def books_check(
     for check in checks():
         began = timezone.now()
         statement = check.statement.format(
-            **{name: "" if full else clause for name, clause in check.changed.items()}
+            **{
+                name: check.swept.get(name, "") if full else clause
+                for name, clause in check.changed.items()
+            }
         )
         with connection.cursor() as cursor:
             cursor.execute(statement, params | check.params())
