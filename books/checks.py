@@ -169,11 +169,12 @@ def _execution_check() -> Check:
     confirmation that did not execute. Over what changed: the confirmations whose log moved,
     and the ledgers' new rows (through their money's row, which has the same key)."""
     parts = []
-    # Over what changed, the confirmations are read from their log's new events.
+    # Over what changed, the confirmations are read from their log's new events, each by its
+    # key (OFFSET 0 keeps the planner from trading the lookups for a scan of every one).
     changed = {
         "confirmations": "(SELECT DISTINCT confirmation_id FROM approvals_confirmationevent "
-        "WHERE id > %(approvals_confirmationevent_after)s) AS moved "
-        "JOIN dispatch_confirmation c ON c.id = moved.confirmation_id"
+        "WHERE id > %(approvals_confirmationevent_after)s) AS moved CROSS JOIN LATERAL "
+        "(SELECT * FROM dispatch_confirmation WHERE id = moved.confirmation_id OFFSET 0) AS c"
     }
     swept = {"confirmations": "dispatch_confirmation c"}
     quote = connection.ops.quote_name
@@ -197,8 +198,10 @@ def _execution_check() -> Check:
             UNION
             SELECT c.id, c.tool, c.status, 'a ledger row, and not executed' AS what
             FROM {quote(table)} l
-                JOIN dispatch_movement m ON m.key = {key} AND m.confirmation_id <> ''
-                JOIN dispatch_confirmation c ON c.id = m.confirmation_id
+                CROSS JOIN LATERAL (SELECT confirmation_id FROM dispatch_movement
+                    WHERE key = {key} AND confirmation_id <> '' OFFSET 0) AS m
+                CROSS JOIN LATERAL (SELECT * FROM dispatch_confirmation
+                    WHERE id = m.confirmation_id OFFSET 0) AS c
             WHERE c.status NOT IN ({statuses}) {{{table}}}
             """
         )
