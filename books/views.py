@@ -48,38 +48,31 @@ def administrators_only(view: View) -> View:
 class BreachTable(tables.Table):  # type: ignore[misc]
     last_found_at = tables.Column(verbose_name="Last found")
     invariant = tables.Column(verbose_name="Invariant", attrs=ID)
-    subject = tables.Column(verbose_name="Subject", attrs=ID)
+    subject = tables.Column(verbose_name="Look at", attrs=ID)
     detail = tables.Column(verbose_name="What the books say", attrs={"td": {"class": "why"}})
-    look_at = tables.Column(verbose_name="Look at", orderable=False)
-    first_found_at = tables.Column(verbose_name="First found")
     by_sweep = tables.Column(verbose_name="Found by")
 
     class Meta:
         model = Breach
-        fields = (
-            "last_found_at",
-            "invariant",
-            "subject",
-            "detail",
-            "look_at",
-            "first_found_at",
-            "by_sweep",
-        )
+        fields = ("last_found_at", "invariant", "subject", "detail", "by_sweep")
         order_by_field = "sort"
         empty_text = ""
         attrs = {"class": "striped records"}
 
-    def render_last_found_at(self, value: Any) -> SafeString | str:
-        return when(value)
-
-    def render_first_found_at(self, value: Any) -> SafeString | str:
-        return when(value)
+    def render_last_found_at(self, value: Any, record: Breach) -> SafeString:
+        return format_html(
+            '<span title="first found {}">{}</span>',
+            record.first_found_at.isoformat(timespec="seconds"),
+            when(value),
+        )
 
     def render_invariant(self, value: str) -> SafeString:
         return format_html("<code>{}</code>", value)
 
-    def render_look_at(self, value: str) -> SafeString:
-        return format_html('<a href="{}">{}</a>', value, value)
+    def render_subject(self, value: str, record: Breach) -> SafeString:
+        if not record.look_at:
+            return format_html("{}", value)
+        return format_html('<a href="{}">{}</a>', record.look_at, value)
 
     def render_by_sweep(self, value: bool) -> str:
         return "full sweep" if value else "changes"
