@@ -27,8 +27,8 @@ View = Callable[..., HttpResponse]
 
 
 def is_administrator(user: Any) -> bool:
-    """Staff: the administrators the admin is kept for."""
-    return bool(user.is_active and user.is_staff)
+    """Staff and superusers: the administrators the admin is kept for."""
+    return bool(user.is_active and (user.is_staff or user.is_superuser))
 
 
 def administrators_only(view: View) -> View:
