@@ -563,13 +563,13 @@ def _duplicate_note(
     when = timezone.localtime(at).strftime("%d %b %H:%M")
     if not confirmation.duplicate_of and not held.twins_approved:
         return DuplicateNote(
-            f"The same {shown} on {subject} was sent again from another conversation ({when}) "
+            f"The same {shown} on {subject} was sent again by another call ({when}) "
             "and waits too: approving this one makes the other a duplicate.",
             twin_id,
             needs_word=False,
         )
     return DuplicateNote(
-        f"It may repeat {shown} on {subject}, {state} in another conversation ({when}). "
+        f"It may repeat {shown} on {subject}, {state} by another call ({when}). "
         "Approve it only if it is a separate one.",
         twin_id,
     )
@@ -854,8 +854,8 @@ def hold_explanation(
         )
     elif kind == "possible_duplicate":
         summary = (
-            "It may repeat a call of the same amount on the same subject from another "
-            "conversation, held, approved or executed: a possible duplicate."
+            "It may repeat another call of the same amount on the same subject, in this "
+            "conversation or another, held, approved or executed: a possible duplicate."
         )
     else:
         summary = str(reason.get("message", ""))

@@ -43,6 +43,7 @@ _POLICY_FIELDS = (
     "step_budget",
     "repeat_limit",
     "confirmation_ttl_seconds",
+    "duplicate_lookback_seconds",
 )
 # What a version shows of its money, in major units per currency, and of its tools' rules.
 _POLICY_SHOWN = ("thresholds", "human_rules_shown")
@@ -486,6 +487,7 @@ class PolicyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             step_budget=obj.step_budget,
             repeat_limit=obj.repeat_limit,
             confirmation_ttl_seconds=obj.confirmation_ttl_seconds,
+            duplicate_lookback_seconds=obj.duplicate_lookback_seconds,
             created_by=request.user if isinstance(request.user, User) else None,
         )
         # The admin goes on with `obj` (its message, its log entry, its redirect).

@@ -111,6 +111,7 @@ def held_money_standing(
         since=now - timedelta(seconds=policy.auto_approve_window_seconds),
         agent_day_needed=False,
         confirmation_id=confirmation.pk,
+        twins_from=policy.twins_since(now),
     )
     with connection.cursor() as cursor:
         history = allowance_read(request, cursor=cursor)

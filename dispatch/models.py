@@ -80,6 +80,16 @@ class Policy(models.Model):
     confirmation_ttl_seconds = models.PositiveIntegerField(
         default=24 * 3600, validators=[MinValueValidator(60)]
     )
+    # How far back a call's possible duplicates are sought (dispatch/pipeline/allowance.py);
+    # null: the confirmation's lifetime plus TOOLGATE_IDEMPOTENCY_KEEP_SECONDS, so that a call
+    # sent again once its key was pruned still finds what the first one moved.
+    duplicate_lookback_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(60)],
+        help_text="possible duplicates are sought this many seconds back (never less than the "
+        "window); empty: the confirmation's lifetime plus the idempotency keys' keep time",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # Kept: the application's database role may not update a version (disable a user instead).
     created_by = models.ForeignKey(
@@ -105,6 +115,13 @@ class Policy(models.Model):
             for currency, values in sorted(self.currency_limits.items())
         }
 
+    def duplicate_lookback(self) -> int:
+        """How far back, in seconds, a call's possible duplicates are sought."""
+        if self.duplicate_lookback_seconds is not None:
+            return self.duplicate_lookback_seconds
+        keep: int = settings.TOOLGATE_IDEMPOTENCY_KEEP_SECONDS
+        return self.confirmation_ttl_seconds + keep
+
     def snapshot(self) -> PolicySnapshot:
         return PolicySnapshot(
             version=self.version,
@@ -117,6 +134,7 @@ class Policy(models.Model):
             step_budget=self.step_budget,
             repeat_limit=self.repeat_limit,
             confirmation_ttl_seconds=self.confirmation_ttl_seconds,
+            duplicate_lookback_seconds=self.duplicate_lookback(),
             currencies=self.limits(),
             humans={tool: HumanRule(rule) for tool, rule in (self.human_rules or {}).items()},
         )
@@ -188,6 +206,8 @@ class SecurityChannel(models.TextChoices):
     API = "api", "API"
     MCP = "mcp", "MCP"
     WEB = "web", "Pages"
+    # Not a request: the reconciler found the books broken (books/reconciler.py).
+    BOOKS = "books", "Books"
 
 
 class AuditRecord(models.Model):

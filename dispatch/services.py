@@ -52,6 +52,7 @@ def policy_create(
     step_budget: int = 50,
     repeat_limit: int = 3,
     confirmation_ttl_seconds: int = 24 * 3600,
+    duplicate_lookback_seconds: int | None = None,
     created_by: User | None = None,
 ) -> Policy:
     """A new version of the agent's policy; earlier versions stay as they were.
@@ -94,6 +95,7 @@ def policy_create(
         step_budget=step_budget,
         repeat_limit=repeat_limit,
         confirmation_ttl_seconds=confirmation_ttl_seconds,
+        duplicate_lookback_seconds=duplicate_lookback_seconds,
         created_by=created_by,
     )
     locked.current_policy = policy

@@ -6,6 +6,9 @@ class OrdersConfig(AppConfig):
     name = "orders"
     # Written once, never changed: `db_roles` grants the application's role no UPDATE or DELETE.
     append_only_models = ("Refund",)
+    # Where an executed refund writes its one row, under its execution key: (model, key field,
+    # tools), which the books' reconciler checks (books/checks.py).
+    execution_ledger = ("Refund", "idempotency_key", ("refund_order",))
 
     def ready(self) -> None:
         # Imported here: the gateway imports models, which need the app registry ready.

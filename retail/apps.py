@@ -7,6 +7,8 @@ class RetailConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "retail"
     verbose_name = "Retail desk"
+    # Set once the tools are known (ready).
+    execution_ledger: tuple[str, str, tuple[str, ...]] | None = None
 
     def ready(self) -> None:
         # Imported here: the gateway imports models, which need the app registry ready.
@@ -15,8 +17,12 @@ class RetailConfig(AppConfig):
         from retail.gateway import OrmRetailBook
         from retail.tools import retail_tools
 
-        for spec in retail_tools(OrmRetailBook()):
+        specs = retail_tools(OrmRetailBook())
+        for spec in specs:
             tool_registry.register(spec)
+        # Every write leaves its Operation under its key: an executed confirmation's, under its
+        # execution key (the books' reconciler checks it, books/checks.py).
+        self.execution_ledger = ("Operation", "idempotency_key", tuple(s.name for s in specs))
         tool_registry.register_currencies([CURRENCY])
 
     def customer_orders(self, customer_id: str) -> tuple[ReviewView, ...]:

@@ -140,6 +140,13 @@ def places_for(user: AbstractBaseUser | AnonymousUser) -> list[Place]:
         )
     if _administers(user):
         places.append(Place("Admin", reverse("admin:index"), "Agents and their policies, users."))
+        places.append(
+            Place(
+                "Books",
+                reverse("books:breaches"),
+                "Where the books disagree with themselves: ledgers, limits, executions.",
+            )
+        )
     return places
 
 

@@ -24,6 +24,7 @@ urlpatterns = [
         include((analytics_urls.decision_urlpatterns, "policy-changes")),
     ),
     path("records/", include("records.urls")),
+    path("books/", include("books.urls")),
     # Browsers ask for it whatever the page says; the layout's icon answers.
     path("favicon.ico", views.favicon, name="favicon"),
     path(

@@ -7,8 +7,9 @@ not yet executed), with this call included. A high-risk call that moves an amoun
 human only while:
 
 - it does not repeat a call of the same tool, subject and amount (a refund of the same order)
-  from another session or another agent that is held, approved, executing or executed within
-  the window: that is a possible duplicate, held for a human and linked to its twin;
+  under another key, from any session or agent, that is held, approved, executing or executed
+  within the policy's look-back (at least the window): that is a possible duplicate, held for a
+  human and linked to its twin;
 - the customer's sum stays below the auto-approve amount;
 - what this agent moved without a human in that currency on this UTC day stays within its daily
   cap with this call included.
@@ -83,10 +84,19 @@ class AllowanceRequest(NamedTuple):
     # then reserved as held under the confirmation's execution key.
     confirmation_id: str = ""
     held_until: datetime | None = None
+    # Where the search for its possible duplicates starts (the policy's look-back); None: the
+    # window's start.
+    twins_from: datetime | None = None
 
     @property
     def held_key(self) -> str:
         return execution_key(self.confirmation_id) if self.confirmation_id else ""
+
+    @property
+    def twins_since(self) -> datetime:
+        """The earliest a possible duplicate's money may have moved: never after the window's
+        start."""
+        return self.since if self.twins_from is None else min(self.since, self.twins_from)
 
 
 class AllowanceHistory(NamedTuple):
@@ -99,7 +109,8 @@ class AllowanceHistory(NamedTuple):
     # Moved without a human by this agent in the currency on the call's UTC day (0 when the
     # policy has no daily cap: nothing asks).
     agent_day_cents: int
-    # Movements of the same tool, customer, subject and amount within the window, in any state.
+    # Movements of the same tool, customer, subject and amount under another key, moved since
+    # the request's look-back (twins_since) or on their way, in any state.
     repeats: tuple[Movement, ...]
     # Of the customer's sum: what is on its way (held or approved), and what a reviewer moved.
     customer_held_cents: int = 0
@@ -125,18 +136,12 @@ HIGH_RISK = "high_risk"
 
 
 def twins_of(request: AllowanceRequest, history: AllowanceHistory) -> tuple[Movement, ...]:
-    """The movements the call may repeat: same tool, subject and amount, from another session or
-    agent (in its own session an identical call is replayed by its key instead), and a held
-    call's money whatever its session: the only held money an identical call of its own session
-    reaches here is a reviewer's edit, whose key is the one the model's arguments had, so that
-    the model cannot get the edited amount moved again by sending it itself."""
-    return tuple(
-        movement
-        for movement in history.repeats
-        if movement.session_id != request.session_id
-        or movement.agent_id != request.agent_id
-        or movement.confirmation_id
-    )
+    """The movements the call may repeat: same tool, subject and amount under another key,
+    whatever the session, the agent or the other arguments (a refund's reason). An identical
+    call under its own key is replayed by it instead; once that key is pruned, the money it moved
+    is under another key than the new call's, and is found here. So is a reviewer's edit, in the
+    model's own session: the model cannot get the edited amount moved again by sending it."""
+    return history.repeats
 
 
 def allowance_judge(
@@ -281,7 +286,7 @@ def _duplicate(request: AllowanceRequest, twins: tuple[Movement, ...]) -> HoldRe
         POSSIBLE_DUPLICATE,
         f"it may repeat an earlier {first.tool} of {first.amount_cents} {request.currency} for "
         f"{first.subject} ({_state_words(first)} at "
-        f"{first.at.isoformat(timespec='seconds')}, in another conversation): a possible "
+        f"{first.at.isoformat(timespec='seconds')}, under another key): a possible "
         "duplicate, which a reviewer must approve as a separate one",
         {"earlier": [_as_data(movement) for movement in twins[:SHOWN]]},
     )
@@ -309,7 +314,7 @@ class HeldSum(NamedTuple):
     earlier_cents: int
     held_cents: int
     reviewers_required: int
-    # Its twins (same tool, subject and amount, another session or agent) in any state.
+    # Its twins (same tool, subject and amount under another key) in any state.
     twins: tuple[Movement, ...]
 
     @property

@@ -74,7 +74,7 @@ class HeldCall:
     currency: str
     # How many reviewers the sum at the hold needed; the sum of now decides where there is one.
     reviewers_required: int
-    # The policy held it as a possible duplicate of money in another conversation.
+    # The policy held it as a possible duplicate of money another call moved.
     held_as_duplicate: bool = False
 
 
@@ -463,7 +463,7 @@ def _needs(
 def _twin_words(customer_sum: HeldSum, currency: str, money: MoneyWords) -> str:
     twin = next(iter(customer_sum.twins_approved), None) or next(iter(customer_sum.twins), None)
     if twin is None:
-        return "money moved in another conversation"
+        return "money moved by another call"
     state = {
         "policy": "executed",
         "reviewer": "executed",
@@ -472,7 +472,7 @@ def _twin_words(customer_sum: HeldSum, currency: str, money: MoneyWords) -> str:
     }.get(twin.approval, twin.approval)
     return (
         f"{twin.tool} of {money(twin.amount_cents, currency)} for {twin.subject}, "
-        f"{state} in another conversation at {twin.at:%Y-%m-%d %H:%M} UTC"
+        f"{state} by another call at {twin.at:%Y-%m-%d %H:%M} UTC"
     )
 
 

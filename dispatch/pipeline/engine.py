@@ -102,6 +102,7 @@ def _allowance_request(
         agent_day_needed=_day_cap(policy, money.currency) is not None,
         confirmation_id=confirmation_id,
         held_until=expires_at,
+        twins_from=policy.twins_since(now),
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -60,6 +61,9 @@ class Policy:
     # How often the same call may be sent in one session before it counts as a loop.
     repeat_limit: int = 3
     confirmation_ttl_seconds: int = 24 * 3600
+    # How far back a call's possible duplicates are sought (same tool, subject and amount under
+    # another key); never less than the window. None: the window alone.
+    duplicate_lookback_seconds: int | None = None
     # The thresholds per currency; a currency not here is held for a human.
     currencies: Mapping[str, CurrencyLimits] | None = None
     # Per tool; a tool not here: by amount if it is high risk, else never.
@@ -75,6 +79,11 @@ class Policy:
                 self.daily_cap_cents,
             )
         return self.currencies.get(currency)
+
+    def twins_since(self, now: datetime) -> datetime:
+        """Where the search for a call's possible duplicates starts, for a call at `now`."""
+        back = max(self.auto_approve_window_seconds, self.duplicate_lookback_seconds or 0)
+        return now - timedelta(seconds=back)
 
     def confirm_above(self, currency: str) -> int | None:
         """The amount in that currency above which an approval asks once more, if any."""

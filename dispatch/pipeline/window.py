@@ -3,7 +3,7 @@ answers the allowance with (dispatch/pipeline/allowance.py) without reading the 
 
 A movement counts in the customer's sum as allowance.py says: moved money while the window
 reaches back to its time, held money until its expiry, approved money until it is executed. The
-sums, the count, the latest movements and the possible duplicates are kept for the window as it
+sums, the count and the latest movements are kept for the window as it
 stands after the latest request (its frontier): moved money leaves them from a queue in the order
 of its time as the window's start passes it, held money from a heap in the order of its expiry as
 the requests' time passes it. A request whose window starts before the frontier's, or whose time
@@ -81,7 +81,8 @@ class CustomerWindow:
         self._waiting: deque[_Ref] = deque()
         # Held money's expiries: (expires_at, stamp, key).
         self._expiries: list[tuple[datetime, int, str]] = []
-        # What counts by tool, subject and amount: its keys (a call's possible duplicates).
+        # Every live movement by tool, subject and amount, whether it counts in the sum or not:
+        # its keys (a call's possible duplicates, sought over the policy's look-back).
         self._twins: dict[_Twin, dict[str, None]] = {}
         # Stale references in _moved and _waiting.
         self._stale = 0
@@ -98,6 +99,7 @@ class CustomerWindow:
         self.release(movement.key)
         entry = _Entry(movement, next(self._positions), expires_at)
         self.entries[movement.key] = entry
+        self._index(movement)
         if self._counts_at_frontier(entry):
             self._count_in(entry)
 
@@ -106,6 +108,7 @@ class CustomerWindow:
         entry = self.entries.pop(key, None)
         if entry is None:
             return None
+        self._unindex(entry.movement)
         if entry.counted:
             self._count_out(entry)
             self._tidy()
@@ -127,7 +130,9 @@ class CustomerWindow:
             return
         if entry.counted:
             self._count_out(entry)
+        self._unindex(before)
         entry.movement, entry.expires_at = movement, expires_at
+        self._index(movement)
         if self._counts_at_frontier(entry):
             self._count_in(entry)
         self._tidy()
@@ -157,7 +162,12 @@ class CustomerWindow:
         twins = self._twins.get((request.tool, request.subject, request.amount_cents))
         repeats: tuple[Movement, ...] = ()
         if twins:
-            same = [entries[key] for key in twins if key not in own]
+            same = [
+                entries[key]
+                for key in twins
+                if key not in own
+                and counts(entries[key].movement, entries[key].expires_at, request, twins=True)
+            ]
             same.sort(key=_position)
             repeats = tuple(entry.movement for entry in same)
         latest = self._latest(own)
@@ -228,12 +238,23 @@ class CustomerWindow:
             if key not in own and counts(entry.movement, entry.expires_at, request)
         ]
         same = (request.tool, request.subject, request.amount_cents)
+        repeats = sorted(
+            (
+                entry
+                for key, entry in self.entries.items()
+                if key not in own
+                and (entry.movement.tool, entry.movement.subject, entry.movement.amount_cents)
+                == same
+                and counts(entry.movement, entry.expires_at, request, twins=True)
+            ),
+            key=_position,
+        )
         return AllowanceHistory(
             customer_window_cents=sum(m.amount_cents for m in window),
             customer_window_count=len(window),
             customer_window=tuple(sorted(window, key=_time)[-SHOWN:]),
             agent_day_cents=agent_day_cents,
-            repeats=tuple(m for m in window if (m.tool, m.subject, m.amount_cents) == same),
+            repeats=tuple(entry.movement for entry in repeats),
             customer_held_cents=sum(m.amount_cents for m in window if m.approval in ON_ITS_WAY),
             customer_reviewed_cents=sum(m.amount_cents for m in window if m.approval == REVIEWER),
         )
@@ -265,11 +286,6 @@ class CustomerWindow:
             _enqueue(self._waiting, ref)
             if approval == HELD and entry.expires_at is not None:
                 heapq.heappush(self._expiries, (entry.expires_at, entry.stamp, movement.key))
-        twin = (movement.tool, movement.subject, amount)
-        keys = self._twins.get(twin)
-        if keys is None:
-            keys = self._twins[twin] = {}
-        keys[movement.key] = None
 
     def _count_out(self, entry: _Entry) -> None:
         movement = entry.movement
@@ -281,13 +297,22 @@ class CustomerWindow:
             self._held_cents -= amount
         elif approval == REVIEWER:
             self._reviewed_cents -= amount
-        twin = (movement.tool, movement.subject, amount)
+        # Its reference in a queue is stale now.
+        self._stale += 1
+
+    def _index(self, movement: Movement) -> None:
+        twin = (movement.tool, movement.subject, movement.amount_cents)
+        keys = self._twins.get(twin)
+        if keys is None:
+            keys = self._twins[twin] = {}
+        keys[movement.key] = None
+
+    def _unindex(self, movement: Movement) -> None:
+        twin = (movement.tool, movement.subject, movement.amount_cents)
         keys = self._twins[twin]
         del keys[movement.key]
         if not keys:
             del self._twins[twin]
-        # Its reference in a queue is stale now.
-        self._stale += 1
 
     def _tidy(self) -> None:
         """Rebuild the queues and the heap once stale references are most of them."""
@@ -306,10 +331,18 @@ class CustomerWindow:
         self._stale = 0
 
 
-def counts(movement: Movement, expires_at: datetime | None, request: AllowanceRequest) -> bool:
-    """Whether a movement is in the customer's sum at the request's time (see allowance.py)."""
+def counts(
+    movement: Movement,
+    expires_at: datetime | None,
+    request: AllowanceRequest,
+    *,
+    twins: bool = False,
+) -> bool:
+    """Whether a movement is in the customer's sum at the request's time (see allowance.py); with
+    `twins`, whether it is among the request's possible duplicates (moved money over the
+    policy's look-back instead of the window)."""
     if movement.approval in MOVED:
-        return movement.at >= request.since
+        return movement.at >= (request.twins_since if twins else request.since)
     if movement.approval == HELD:
         return expires_at is None or expires_at > request.at
     return True

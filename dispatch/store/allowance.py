@@ -80,7 +80,9 @@ _COUNTED = f"""
 # The customer's sum and its movements, in one statement: on every row how much the sum is, in
 # how many movements, and of it what is on its way and what a reviewer moved; then one of the
 # latest movements, which a hold names (newest first), or of those this call would repeat (oldest
-# first, as they were reserved); neither: the sums alone, the movement's columns null.
+# first, as they were reserved): same tool, subject and amount under another key, moved since the
+# policy's look-back (the movement rows outlive the keys' retention) or on its way; neither: the
+# sums alone, the movement's columns null. The repeats read the customer's index by time.
 _WINDOW = f"""
     WITH counted AS ({_COUNTED}),
     sums AS (
@@ -96,8 +98,11 @@ _WINDOW = f"""
             ORDER BY at DESC, key DESC LIMIT {SHOWN}
         ) AS latest
         UNION ALL
-        SELECT {_COLUMNS}, true AS repeat FROM counted
-        WHERE tool = %(tool)s AND subject = %(subject)s AND amount_cents = %(amount_cents)s
+        SELECT {_COLUMNS}, true AS repeat FROM dispatch_movement
+        WHERE {_LIVE} AND tool = %(tool)s AND subject = %(subject)s
+            AND amount_cents = %(amount_cents)s AND key <> %(key)s AND key <> %(held_key)s
+            AND ((approval IN ('policy', 'reviewer') AND at >= %(twins_since)s)
+                OR approval = 'approved' OR (approval = 'held' AND expires_at > %(at)s))
     )
     SELECT sums.*, shown.* FROM sums LEFT JOIN shown ON true
     ORDER BY shown.repeat,
@@ -360,6 +365,7 @@ def _params(request: AllowanceRequest) -> dict[str, Any]:
         "at": _db_time(request.at),
         "day": _day(request.at),
         "since": _db_time(request.since),
+        "twins_since": _db_time(request.twins_since),
         "held_key": request.held_key,
         "customer_lock": f"toolgate.customer:{request.customer_id}:{request.currency}",
         "agent_lock": f"toolgate.agent:{request.agent_id}:{request.currency}:{_day(request.at)}",

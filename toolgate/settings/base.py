@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "approvals",
     "analytics",
     "records",
+    "books",
     "demo",
 ]
 
@@ -299,6 +300,17 @@ CELERY_BEAT_SCHEDULE = {
     "prune-records": {
         "task": "dispatch.tasks.records_prune_task",
         "schedule": env.float("TOOLGATE_RETENTION_SECONDS", default=3600.0),
+    },
+    # The books checked over what changed since the last runs, and in full now and then: a
+    # tampering UPDATE leaves nothing new to follow (books/reconciler.py).
+    "check-books": {
+        "task": "books.tasks.books_check_task",
+        "schedule": env.float("TOOLGATE_BOOKS_CHECK_SECONDS", default=300.0),
+    },
+    "sweep-books": {
+        "task": "books.tasks.books_check_task",
+        "schedule": env.float("TOOLGATE_BOOKS_SWEEP_SECONDS", default=24 * 3600.0),
+        "kwargs": {"full": True},
     },
 }
 # A fill counts the calls and decisions that arrived longer ago than this: any later one may still

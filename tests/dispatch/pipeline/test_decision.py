@@ -214,7 +214,7 @@ def test_a_call_held_as_a_possible_duplicate_takes_the_reviewers_word() -> None:
 
     assert (refused.outcome, refused.code) == (Outcome.REFUSED, POSSIBLE_DUPLICATE)
     assert refused.reason == (
-        "It may repeat money moved in another conversation. Approve it only if it is a "
+        "It may repeat money moved by another call. Approve it only if it is a "
         "separate one, with its own approval as such."
     )
     assert refused.asks_separate
@@ -226,7 +226,7 @@ def test_a_twin_approved_elsewhere_makes_it_a_possible_duplicate_naming_the_twin
 
     assert decision.code == POSSIBLE_DUPLICATE
     assert decision.reason.startswith(
-        "It may repeat refund_order of BRL 60.00 for ORD-1001, approved in another conversation "
+        "It may repeat refund_order of BRL 60.00 for ORD-1001, approved by another call "
         "at 2026-03-02 13:05 UTC."
     )
 
@@ -400,4 +400,4 @@ def test_a_call_that_moves_no_amount_needs_no_limit() -> None:
 def test_a_twin_moved_without_a_human_is_named_as_executed() -> None:
     decision = decide(held(), ANA, customer_sum=the_sum(twins=(twin(POLICY),)))
 
-    assert "executed in another conversation" in decision.reason
+    assert "executed by another call" in decision.reason

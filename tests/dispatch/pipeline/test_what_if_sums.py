@@ -290,12 +290,13 @@ def test_a_live_twin_from_another_session_makes_a_possible_duplicate() -> None:
     assert verdicts == [(ONE_REVIEWER, "possible_duplicate")]
 
 
-def test_a_twin_no_longer_live_or_of_the_same_session_is_no_duplicate() -> None:
+def test_a_twin_no_longer_live_is_no_duplicate_and_one_of_the_same_session_is() -> None:
     policy = default_policy(auto_approve_window_seconds=3600, auto_approve_below_cents=10_000)
 
     gone = judged(
         call(T0, 1_500, order="ORD-7"), probe(T0 + 2 * HOUR, order="ORD-7"), policy=policy
     )
+    # Another call of the same session (another key): the same money, whatever the session.
     same_session = judged(
         call(T0, 1_500, order="ORD-7", session="s-a"),
         probe(T0 + MINUTE, order="ORD-7", session="s-a"),
@@ -303,7 +304,7 @@ def test_a_twin_no_longer_live_or_of_the_same_session_is_no_duplicate() -> None:
     )
 
     assert gone == [AUTO]
-    assert same_session == [AUTO]
+    assert same_session == [(ONE_REVIEWER, "possible_duplicate")]
 
 
 # Reviewers and the daily cap -------------------------------------------------------------------

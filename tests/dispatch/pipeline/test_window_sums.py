@@ -1,6 +1,7 @@
 """The in-memory state's running sums (dispatch/pipeline/window.py) answer every request as a
 reading of every live movement would: the customer's sum, its count, what is on its way and what
-a reviewer moved, the latest movements, the repeats and the agent's day, over random histories of
+a reviewer moved, the latest movements, the repeats (over their own look-back, whatever the
+session) and the agent's day, over random histories of
 reservations, releases, decisions and executions, with money leaving the window and held money
 expiring, and with time that sometimes steps back or windows of another length."""
 
@@ -33,6 +34,8 @@ from dispatch.pipeline.state import InMemoryState
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 HOLD = HoldReason("amount", "held", {})
 WINDOWS = (timedelta(hours=1), timedelta(hours=3), timedelta(hours=24))
+# How far back possible duplicates are sought, where longer than the window.
+LOOKBACKS = (timedelta(hours=2), timedelta(hours=48))
 
 
 @dataclass
@@ -53,6 +56,16 @@ class BruteForce:
             and _counts(movement, expires_at, request)
         ]
         same = (request.tool, request.subject, request.amount_cents)
+        # Possible duplicates are sought over the request's look-back, in any session.
+        repeats = tuple(
+            movement
+            for key, (customer, currency, movement, expires_at) in self.movements.items()
+            if customer == request.customer_id
+            and currency == request.currency
+            and key not in own
+            and (movement.tool, movement.subject, movement.amount_cents) == same
+            and _counts(movement, expires_at, request, since=request.twins_since)
+        )
         day = sum(
             movement.amount_cents
             for _, currency, movement, _ in self.movements.values()
@@ -66,7 +79,7 @@ class BruteForce:
             customer_window_count=len(window),
             customer_window=tuple(sorted(window, key=lambda m: m.at)[-SHOWN:]),
             agent_day_cents=day,
-            repeats=tuple(m for m in window if (m.tool, m.subject, m.amount_cents) == same),
+            repeats=repeats,
             customer_held_cents=sum(m.amount_cents for m in window if m.approval in ON_ITS_WAY),
             customer_reviewed_cents=sum(m.amount_cents for m in window if m.approval == REVIEWER),
         )
@@ -114,9 +127,14 @@ class BruteForce:
         self.movements[key] = (customer, currency, executed, expires_at)
 
 
-def _counts(movement: Movement, expires_at: datetime | None, request: AllowanceRequest) -> bool:
+def _counts(
+    movement: Movement,
+    expires_at: datetime | None,
+    request: AllowanceRequest,
+    since: datetime | None = None,
+) -> bool:
     if movement.approval in MOVED:
-        return movement.at >= request.since
+        return movement.at >= (since or request.since)
     if movement.approval == HELD:
         return expires_at is None or expires_at > request.at
     return True
@@ -139,6 +157,7 @@ _reserve = st.tuples(
         st.integers(0, 2),  # 0 moved, 1 held, 2 held without its confirmation's money
         st.integers(0, 2),  # window
         st.integers(1, 300),  # the confirmation's life, in minutes
+        st.integers(0, 2),  # the duplicates' look-back
     ),
 )
 _time = st.tuples(
@@ -185,6 +204,7 @@ class Replay:
         kind: int,
         window: int,
         life: int,
+        lookback: int = 0,
     ) -> None:
         request = AllowanceRequest(
             key=f"k{key}",
@@ -199,6 +219,7 @@ class Replay:
             since=self.now - WINDOWS[window],
             confirmation_id=f"c{confirmation}" if confirmation and kind != 2 else "",
             held_until=self.now + timedelta(minutes=life),
+            twins_from=None if not lookback else self.now - LOOKBACKS[lookback - 1],
         )
         expected = self.brute.history(request)
         seen: list[AllowanceHistory] = []
@@ -284,3 +305,32 @@ def test_the_running_sums_hold_over_long_histories() -> None:
         assert {key: kept[:3] for key, kept in replay.brute.movements.items()} == (
             replay.state.movements
         )
+
+
+def test_a_repeat_past_the_window_within_the_look_back_is_found_in_its_own_session() -> None:
+    replay = Replay()
+    # customer, currency, agent, session, subject, amount, key, confirmation, kind, window, life
+    replay.reserve(0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 60)
+    replay.time(90)
+
+    # The same refund in the same session under another key, 90 minutes later: past the 1 h
+    # window, within the 2 h look-back (Replay.reserve asserts the state's history is the
+    # brute force's).
+    replay.reserve(0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 60, 1)
+
+    (twin,) = replay.brute.history(
+        AllowanceRequest(
+            key="k3",
+            agent_id="agent-0",
+            session_id="s-0",
+            customer_id="CUS-0",
+            tool="refund_order",
+            subject="ORD-0",
+            currency="BRL",
+            amount_cents=100,
+            at=replay.now,
+            since=replay.now - WINDOWS[0],
+            twins_from=replay.now - LOOKBACKS[0],
+        )
+    ).repeats[:1]
+    assert twin.key == "k1" and twin.session_id == "s-0"
