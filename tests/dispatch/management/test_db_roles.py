@@ -16,6 +16,7 @@ from tests.conftest import Run
 def test_the_append_only_tables_are_the_records_the_ledger_the_logs_votes_and_policies() -> None:
     assert append_only_tables() == [
         "approvals_confirmationevent",
+        "approvals_policyevent",
         "approvals_vote",
         "dispatch_auditrecord",
         "dispatch_auditseal",
