@@ -50,6 +50,7 @@ def meta(customer: str = "CUS-1") -> dict[str, str]:
 
 async def hold_then_poll(client: FastMCPClient) -> tuple[Any, list[Any]]:
     held = await client.call_tool("refund_order", HELD, raise_on_error=False, meta=meta())
+    assert held.structured_content is not None
     confirmation_id = held.structured_content["data"]["confirmation_id"]
     polls = [
         await client.call_tool(
