@@ -18,11 +18,17 @@ from pathlib import Path
 import pytest
 import requests
 from django.contrib.auth.models import User
-from playwright.sync_api import expect
+from playwright.sync_api import Page, expect
 from pytest_django.fixtures import Settings
 from pytest_django.live_server_helper import LiveServer
 
-from tests.conftest import require_service
+from approvals.models import ReviewerToken
+from approvals.provider_check import provider_check
+from approvals.reviewers import reviewer_token_create
+from dispatch.models import ConfirmationStatus, SecurityEvent
+from orders.models import Order
+from tests.approvals.conftest import refund_held_for
+from tests.conftest import Ledger, MakeAgent, require_service
 from tests.e2e.conftest import MakeBrowserUser, OpenTab, Tab
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -39,7 +45,13 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def provider(live_server: LiveServer) -> Iterator[str]:
+def removed_at_provider(tmp_path: Path) -> Path:
+    """The file the provider reads its removed users from: a JSON list of their names."""
+    return tmp_path / "removed.json"
+
+
+@pytest.fixture
+def provider(live_server: LiveServer, removed_at_provider: Path) -> Iterator[str]:
     """The provider's issuer URL, its client's redirect URI this live server's callback."""
     npm, node = shutil.which("npm"), shutil.which("node")
     require_service(npm is not None and node is not None, "needs Node.js and npm")
@@ -61,6 +73,7 @@ def provider(live_server: LiveServer) -> Iterator[str]:
             "PORT": str(port),
             "REDIRECT_URI": f"{live_server.url}/accounts/oidc/sso/login/callback/",
             "GROUPS": json.dumps(GROUPS),
+            "REMOVED": str(removed_at_provider),
         },
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -178,3 +191,59 @@ def test_the_provider_down_is_a_clear_page_and_local_logins_still_work(
     page.get_by_label("Password").fill("browser-pw")
     page.get_by_role("button", name="Log in", exact=True).click()
     expect(page).to_have_url(re.compile(r"/admin/$"))
+
+
+def sso_login(page: Page, username: str) -> None:
+    page.goto("/accounts/login/")
+    page.get_by_role("button", name="Log in with Company SSO").click()
+    page.locator("input[name=login]").fill(username)
+    page.locator("input[name=password]").fill("anything")
+    page.locator("button[type=submit]").click()
+    page.locator("button[type=submit]").click()
+    expect(page).to_have_url(re.compile(r"/approvals/$"))
+
+
+def test_a_user_removed_at_the_provider_moves_no_money_and_loses_their_session_and_token(
+    open_tab: OpenTab,
+    provider: str,
+    removed_at_provider: Path,
+    settings: Settings,
+    make_agent: MakeAgent,
+    orders: dict[str, Order],
+    ledger: Ledger,
+    live_server: LiveServer,
+) -> None:
+    configure(settings, provider)
+    # Every decision asks the provider again.
+    settings.TOOLGATE_OIDC_CHECK_SECONDS = 0
+    confirmation = refund_held_for(make_agent()[0], 6_000)
+    tab = open_tab()
+    page = tab.page
+    sso_login(page, "rita")
+    forgive_the_providers_pages(tab, provider)
+    rita = User.objects.get(username="rita")
+    token = reviewer_token_create(user=rita)
+    # The provider still vouches for her: the kept access token answers at its userinfo.
+    provider_check(rita)
+
+    removed_at_provider.write_text(json.dumps(["rita"]))
+    page.goto(f"/approvals/{confirmation.pk}/")
+    page.get_by_role("button", name=re.compile("^Approve")).first.click()
+
+    expect(page).to_have_url(re.compile(r"/accounts/login/"))
+    expect(page.get_by_role("alert")).to_contain_text("no longer confirms your access")
+    confirmation.refresh_from_db()
+    assert confirmation.status == ConfirmationStatus.PENDING
+    assert SecurityEvent.objects.filter(reason="provider_user_gone", status=403).count() == 1
+    page.goto(f"/approvals/{confirmation.pk}/")
+    expect(page).to_have_url(re.compile(r"/accounts/login/"))
+    assert not ReviewerToken.objects.filter(user=rita).exists()
+    answer = requests.post(
+        f"{live_server.url}/api/v1/confirmations/{confirmation.pk}/reject",
+        json={"reason": "late"},
+        headers={"Authorization": f"Token {token}"},
+        timeout=10,
+    )
+    assert answer.status_code == 401
+    confirmation.refresh_from_db()
+    assert confirmation.status == ConfirmationStatus.PENDING
