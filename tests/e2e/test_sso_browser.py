@@ -15,9 +15,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import jwt
 import pytest
 import requests
+from allauth.socialaccount.models import SocialApp
+from allauth.socialaccount.providers.oauth2.client import OAuth2Error
+from allauth.socialaccount.providers.openid_connect.views import OpenIDConnectOAuth2Adapter
+from cryptography.hazmat.primitives.asymmetric import rsa
 from django.contrib.auth.models import User
+from django.test import RequestFactory
 from playwright.sync_api import Page, expect
 from pytest_django.fixtures import Settings
 from pytest_django.live_server_helper import LiveServer
@@ -247,3 +253,61 @@ def test_a_user_removed_at_the_provider_moves_no_money_and_loses_their_session_a
     assert answer.status_code == 401
     confirmation.refresh_from_db()
     assert confirmation.status == ConfirmationStatus.PENDING
+
+
+def test_a_replayed_callback_logs_nobody_in(
+    open_tab: OpenTab, provider: str, settings: Settings
+) -> None:
+    configure(settings, provider)
+    tab = open_tab()
+    callbacks: list[str] = []
+    tab.page.on(
+        "request",
+        lambda request: (
+            callbacks.append(request.url) if "/login/callback/" in request.url else None
+        ),
+    )
+    sso_login(tab.page, "rita")
+    forgive_the_providers_pages(tab, provider)
+    assert len(callbacks) == 1
+
+    # The same code and state, from another browser: its session holds no such state.
+    other = open_tab()
+    other.page.goto(callbacks[0])
+    expect(other.page.get_by_role("heading", name="Third-Party Login Failure")).to_be_visible()
+    other.page.goto("/approvals/")
+    expect(other.page).to_have_url(re.compile(r"/accounts/login/"))
+    other.errors.clear()
+
+
+def test_a_forged_expired_or_misaddressed_id_token_is_refused(provider: str) -> None:
+    adapter = OpenIDConnectOAuth2Adapter(RequestFactory().get("/"), "sso")
+    adapter._openid_config = requests.get(
+        f"{provider}/.well-known/openid-configuration", timeout=5
+    ).json()
+    app = SocialApp(
+        provider="openid_connect", provider_id="sso", client_id=CLIENT_ID, secret=CLIENT_SECRET
+    )
+    now = int(time.time())
+    good = {"iss": provider, "aud": CLIENT_ID, "sub": "rita", "iat": now, "exp": now + 300}
+    forger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+    def signed(claims: dict[str, object]) -> str:
+        return jwt.encode(claims, forger, algorithm="RS256", headers={"kid": "forged"})
+
+    # Signed by a key the provider never published (the signature is checked wherever the
+    # token did not come straight from the provider's token endpoint).
+    adapter.did_fetch_access_token = False
+    with pytest.raises(OAuth2Error):
+        adapter._decode_id_token(app, signed(good))
+    # From the token endpoint itself, the claims are still checked: expired, another client's,
+    # another issuer's.
+    adapter.did_fetch_access_token = True
+    assert adapter._decode_id_token(app, signed(good))["sub"] == "rita"
+    for bad in (
+        {**good, "exp": now - 60},
+        {**good, "aud": "another-client"},
+        {**good, "iss": "http://127.0.0.1:1"},
+    ):
+        with pytest.raises(OAuth2Error):
+            adapter._decode_id_token(app, signed(bad))
