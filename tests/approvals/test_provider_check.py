@@ -20,7 +20,7 @@ from approvals.factors import provider_factor_at
 from approvals.models import ReviewerToken
 from approvals.provider_check import provider_checked
 from approvals.reviewers import reviewer_token_create
-from dispatch.models import Agent, ConfirmationStatus
+from dispatch.models import Agent, ConfirmationStatus, SecurityEvent
 from tests.approvals.conftest import refund_held_for
 from tests.approvals.test_apis import make_user, status_of
 from tests.conftest import Ledger, MakeAgent
@@ -123,6 +123,7 @@ def test_an_expired_access_token_with_no_refresh_token_ends_access_until_the_nex
     assert gone.status_code == 403
     assert gone.json()["error"]["code"] == "provider_user_gone"
     assert again.status_code == 401
+    assert SecurityEvent.objects.filter(channel="api", reason="provider_user_gone").count() == 1
     assert not SocialToken.objects.filter(account__user=rita).exists()
     assert status_of(confirmation) == ConfirmationStatus.PENDING
 
