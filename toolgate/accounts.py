@@ -15,7 +15,6 @@ from allauth.account.adapter import DefaultAccountAdapter
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import Group, User
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
@@ -74,7 +73,7 @@ class PasswordLoginBackend(ModelBackend):
         username: str | None = None,
         password: str | None = None,
         **kwargs: Any,
-    ) -> AbstractBaseUser | None:
+    ) -> User | None:
         if not password_login_allowed(username):
             return None
         return super().authenticate(request, username=username, password=password, **kwargs)

@@ -1,6 +1,7 @@
 """A single sign-on reviewer's decisions need the provider's fresh word
 (approvals/provider_check.py, docs/identity.md); the provider vouching at its own login may stand
-for the second factor (approvals/factors.py). Against the real provider, in a browser: tests/e2e/test_sso_browser.py."""
+for the second factor (approvals/factors.py). Against the real provider, in a browser:
+tests/e2e/test_sso_browser.py."""
 
 from __future__ import annotations
 
