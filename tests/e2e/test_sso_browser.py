@@ -18,18 +18,19 @@ from pathlib import Path
 import jwt
 import pytest
 import requests
-from allauth.socialaccount.models import SocialApp
+from allauth.socialaccount.models import SocialApp, SocialToken
 from allauth.socialaccount.providers.oauth2.client import OAuth2Error
 from allauth.socialaccount.providers.openid_connect.views import OpenIDConnectOAuth2Adapter
 from cryptography.hazmat.primitives.asymmetric import rsa
 from django.contrib.auth.models import User
 from django.test import RequestFactory
+from django.utils import timezone
 from playwright.sync_api import Page, expect
 from pytest_django.fixtures import Settings
 from pytest_django.live_server_helper import LiveServer
 
 from approvals.models import ReviewerToken
-from approvals.provider_check import provider_check
+from approvals.provider_check import ProviderUserGone, provider_check
 from approvals.reviewers import reviewer_token_create
 from dispatch.models import ConfirmationStatus, SecurityEvent
 from orders.models import Order
@@ -311,3 +312,30 @@ def test_a_forged_expired_or_misaddressed_id_token_is_refused(provider: str) -> 
     ):
         with pytest.raises(OAuth2Error):
             adapter._decode_id_token(app, signed(bad))
+
+
+def test_an_expired_access_token_is_refreshed_until_the_provider_refuses_the_user(
+    open_tab: OpenTab, provider: str, removed_at_provider: Path, settings: Settings
+) -> None:
+    configure(settings, provider)
+    settings.TOOLGATE_OIDC_CHECK_SECONDS = 0
+    tab = open_tab()
+    sso_login(tab.page, "rita")
+    forgive_the_providers_pages(tab, provider)
+    rita = User.objects.get(username="rita")
+    kept = SocialToken.objects.get(account__user=rita)
+    assert kept.token_secret, "the provider gave a refresh token"
+    SocialToken.objects.filter(pk=kept.pk).update(expires_at=timezone.now())
+
+    provider_check(rita)
+
+    refreshed = SocialToken.objects.get(pk=kept.pk)
+    assert refreshed.token != kept.token
+    assert refreshed.expires_at is not None and refreshed.expires_at > timezone.now()
+    reviewer_token_create(user=rita)
+    SocialToken.objects.filter(pk=kept.pk).update(expires_at=timezone.now())
+    removed_at_provider.write_text(json.dumps(["rita"]))
+    with pytest.raises(ProviderUserGone):
+        provider_check(rita)
+    assert not ReviewerToken.objects.filter(user=rita).exists()
+    assert not SocialToken.objects.filter(account__user=rita).exists()

@@ -18,7 +18,7 @@ const provider = new Provider(`http://127.0.0.1:${port}`, {
       client_id: "toolgate",
       client_secret: "toolgate-test-secret",
       redirect_uris: [process.env.REDIRECT_URI],
-      grant_types: ["authorization_code"],
+      grant_types: ["authorization_code", "refresh_token"],
       response_types: ["code"],
     },
   ],
@@ -30,6 +30,10 @@ const provider = new Provider(`http://127.0.0.1:${port}`, {
   },
   scopes: ["openid", "profile", "email", "groups"],
   cookies: { keys: ["toolgate-test-cookie-key"] },
+  // A refresh token at every login, as providers give one with offline_access.
+  async issueRefreshToken(ctx, client) {
+    return client.grantTypeAllowed("refresh_token");
+  },
   async findAccount(ctx, id) {
     if (removed(id)) return undefined;
     return {
