@@ -93,10 +93,11 @@ class _Refused(Exception):
 def _ask(token: SocialToken) -> None:
     """The provider's userinfo answers for the token (refreshed first if it expired); _Refused
     if the provider refuses it, requests' errors if it cannot be asked."""
+    expired = token.expires_at is not None and token.expires_at <= timezone.now()
+    if expired and not token.token_secret:
+        raise _Refused("the provider's access token expired: log in with it again")
     config = _configuration()
-    if token.expires_at is not None and token.expires_at <= timezone.now():
-        if not token.token_secret:
-            raise _Refused("the provider's access token expired: log in with it again")
+    if expired:
         _refresh(token, config)
     answer = requests.get(
         config["userinfo_endpoint"],
