@@ -24,6 +24,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from approvals.factors import FactorLocked, factor_check, factor_fresh
+from approvals.provider_check import ProviderCheckUnavailable, ProviderUserGone
 from approvals.reviewers import is_reviewer, reviewer_authenticate
 from approvals.services import (
     ConfirmationError,
@@ -167,7 +168,9 @@ _ERRORS = {
         ErrorEnvelope,
         description="not a reviewer, an agent's token, a session request without CSRF token, or "
         "an amount above the policy's `factor_above` without a fresh second factor "
-        "(`second_factor_required`) or with a wrong or used code (`second_factor_invalid`)",
+        "(`second_factor_required`) or with a wrong or used code (`second_factor_invalid`), "
+        "or a single sign-on reviewer the identity provider no longer vouches for "
+        "(`provider_user_gone`; their token stops working)",
     ),
     404: OpenApiResponse(ErrorEnvelope, description="no such confirmation"),
     429: OpenApiResponse(
@@ -182,7 +185,11 @@ _ERRORS = {
         "(`possible_duplicate`)",
     ),
     500: OpenApiResponse(ErrorEnvelope, description="unexpected error; `error_id` is in the log"),
-    503: OpenApiResponse(ErrorEnvelope, description="the database is unavailable; retryable"),
+    503: OpenApiResponse(
+        ErrorEnvelope,
+        description="the database is unavailable, or a single sign-on reviewer's identity "
+        "provider could not be asked (`provider_check_unavailable`); retryable",
+    ),
 }
 
 _STATE = OpenApiResponse(
@@ -212,7 +219,24 @@ class ReviewerApi(JsonApi):
         return Response(confirmation_state(Confirmation.objects.get(pk=confirmation_id)))
 
 
+class ProviderRefused(APIException):
+    """A single sign-on reviewer the identity provider no longer vouches for: their token is
+    deleted with this answer."""
+
+    status_code = status.HTTP_403_FORBIDDEN
+    default_code = "provider_user_gone"
+
+
+class ProviderUnavailable(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "provider_check_unavailable"
+
+
 def _refused(exc: ConfirmationError) -> APIException:
+    if isinstance(exc, ProviderUserGone):
+        return ProviderRefused(exc.message, exc.code)
+    if isinstance(exc, ProviderCheckUnavailable):
+        return ProviderUnavailable(exc.message, exc.code)
     if isinstance(exc, FactorRequired):
         return FactorRefused(exc.message, exc.code)
     if isinstance(exc, ConfirmationNotFound):

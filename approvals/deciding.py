@@ -30,6 +30,7 @@ from approvals.errors import (
 from approvals.events import confirmation_locked, event_append
 from approvals.executing import confirmation_move, expire_if_due
 from approvals.models import EventKind, ReviewerLimit, Vote
+from approvals.provider_check import provider_check
 from approvals.reviewers import REVIEWERS_GROUP
 from dispatch.held_money import held_money_edited, held_money_sum
 from dispatch.models import Agent, Confirmation, ConfirmationStatus
@@ -82,7 +83,9 @@ def confirmation_approve(
     factor. Raises ConfirmationError. `now` is the decision's time (a demo's history gives its
     own; by default, now). `channel` names the door in the event log where it is not the pages
     or the API ("slack"); with `deciding_only` an approval that would only be a vote is refused
-    (NeedsCard) and nothing is recorded."""
+    (NeedsCard) and nothing is recorded. A single sign-on reviewer needs the provider's fresh
+    word first (provider_check), before any row is locked."""
+    provider_check(reviewer)
     return _raise_refusal(
         _approve(
             confirmation_id,
@@ -225,6 +228,7 @@ def confirmation_edit_approve(
     pipeline refuse raises EditRefused; an approval of the edited call that is refused (a
     possible duplicate, a second look, a second factor) raises its refusal, and then the edit
     is not made either: nothing changes. Returns the edited confirmation."""
+    provider_check(reviewer)
     return _raise_refusal(
         _edit_approve(
             confirmation_id, reviewer, changes, now or timezone.now(), separate, confirmed, factor
@@ -359,6 +363,7 @@ def confirmation_reject(
     reason = " ".join(reason.split())[:MAX_REASON_CHARS]
     if not reason:
         raise ReasonRequired("Say why it is rejected: the agent passes the reason on.")
+    provider_check(reviewer)
     return _raise_refusal(_reject(confirmation_id, reviewer, reason, now or timezone.now()))
 
 

@@ -3,7 +3,10 @@
 Above its policy's line (factor_above) an approval needs a fresh second factor; the decision
 core refuses it without one, and each door says whether the reviewer gave one: the pages from
 the session, marked when a code was given on the step-up page and fresh for
-TOOLGATE_FACTOR_FRESH_SECONDS; the approvals API from a TOTP code in the request itself.
+TOOLGATE_FACTOR_FRESH_SECONDS; the approvals API from a TOTP code in the request itself. A
+single sign-on user's provider may vouch for the factor instead: its ID token's `amr` or `acr`
+says a second factor was given at its `auth_time`, which marks the session as the step-up page
+does (provider_factor_at).
 
 The codes are django-allauth's MFA: an authenticator app (TOTP) a user enrols on allauth's pages,
 and its recovery codes. A TOTP code is good once within its window (allauth marks it used); a
@@ -14,6 +17,8 @@ that address as it refuses their password.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from allauth.mfa.models import Authenticator
 from allauth.mfa.recovery_codes.internal.auth import RecoveryCodes
@@ -58,9 +63,32 @@ def factor_check(*, request: HttpRequest, user: User, code: str, recovery: bool 
     return valid
 
 
-def factor_mark(request: HttpRequest) -> None:
-    """The user just gave their second factor on the pages."""
-    request.session[_FRESH_KEY] = time.time()
+def factor_mark(request: HttpRequest, at: float | None = None) -> None:
+    """The user gave their second factor on the pages just now (or, `at`, at their provider's
+    login)."""
+    request.session[_FRESH_KEY] = time.time() if at is None else at
+
+
+def provider_factor_at(claims: Mapping[str, Any], now: float) -> float | None:
+    """When the user gave their second factor at their identity provider, as its ID token says:
+    its `auth_time`, if its `amr` names a method TOOLGATE_OIDC_FACTOR_AMR counts as a second
+    factor or its `acr` is one of TOOLGATE_OIDC_FACTOR_ACR, and that time is within
+    TOOLGATE_FACTOR_FRESH_SECONDS of `now` (a minute ahead of it is taken as now: clocks
+    differ). None otherwise."""
+    amr = claims.get("amr")
+    methods = {str(method) for method in amr} if isinstance(amr, list) else set()
+    acr = claims.get("acr")
+    counted = bool(methods & set(settings.TOOLGATE_OIDC_FACTOR_AMR)) or (
+        isinstance(acr, str) and acr in settings.TOOLGATE_OIDC_FACTOR_ACR
+    )
+    auth_time = claims.get("auth_time")
+    if not counted or isinstance(auth_time, bool) or not isinstance(auth_time, int | float):
+        return None
+    if auth_time > now + 60:
+        return None
+    at = min(float(auth_time), now)
+    fresh_seconds: int = settings.TOOLGATE_FACTOR_FRESH_SECONDS
+    return at if now - at <= fresh_seconds else None
 
 
 def factor_fresh(request: HttpRequest) -> bool:

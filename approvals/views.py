@@ -12,12 +12,13 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import logout
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.middleware.csrf import get_token
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
@@ -28,6 +29,7 @@ from approvals.factors import FactorLocked, factor_check, factor_fresh, factor_m
 from approvals.filters import HistoryFilter
 from approvals.forms import EditInvalid, RejectForm, edit_changes
 from approvals.notifications import failing_channels
+from approvals.provider_check import ProviderUserGone
 from approvals.reviewers import REVIEWERS_GROUP, is_reviewer
 from approvals.tables import ConfirmationTable, TriageTable
 from dispatch.models import Confirmation, ConfirmationStatus
@@ -154,11 +156,30 @@ def _decide(
     """Run a service's decision, say its outcome or why it could not be made, and go back."""
     try:
         confirmation = decision()
+    except ProviderUserGone as exc:
+        return _provider_gone(request, confirmation_id, exc)
     except services.ConfirmationError as exc:
         messages.error(request, exc.message)
     else:
         _tell_outcome(request, confirmation)
     return _back(request, confirmation_id, default=default)
+
+
+def _provider_gone(
+    request: HttpRequest, confirmation_id: str, exc: ProviderUserGone
+) -> HttpResponse:
+    """The identity provider no longer vouches for the reviewer: nothing was decided; on record,
+    their session ends, and the login page says why."""
+    security_event_record(
+        origin=page_origin(request),
+        agent=Confirmation.objects.get(pk=confirmation_id).agent,
+        status=403,
+        reason=exc.code,
+        detail=f"{_reader(request).get_username()} deciding {confirmation_id}",
+    )
+    logout(request)
+    messages.error(request, exc.message)
+    return redirect(settings.LOGIN_URL)
 
 
 @require_POST
@@ -179,6 +200,8 @@ def approve(request: HttpRequest, confirmation_id: str) -> HttpResponse:
         )
     except services.FactorRequired as exc:
         return _factor_required(request, confirmation_id, exc)
+    except ProviderUserGone as exc:
+        return _provider_gone(request, confirmation_id, exc)
     except services.SecondLookRequired as exc:
         # Nothing was recorded: the card again, asking once more, and a 400 for a script.
         return _second_look(request, confirmation_id, exc.message, separate=separate)
@@ -211,6 +234,8 @@ def edit(request: HttpRequest, confirmation_id: str) -> HttpResponse:
         )
     except services.FactorRequired as exc:
         return _factor_required(request, confirmation_id, exc)
+    except ProviderUserGone as exc:
+        return _provider_gone(request, confirmation_id, exc)
     except EditInvalid as exc:
         messages.error(request, f"Not edited: {exc}")
         return _back(request, confirmation_id)

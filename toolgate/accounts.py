@@ -6,6 +6,7 @@ their roles from the provider's groups at every login."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -13,11 +14,14 @@ import requests
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from django.conf import settings
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Group, User
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from approvals.factors import factor_mark, provider_factor_at
+from approvals.provider_check import provider_checked
 from toolgate.navigation import landing_url
 
 logger = logging.getLogger(__name__)
@@ -39,6 +43,46 @@ class ClosedSignupAdapter(DefaultAccountAdapter):  # type: ignore[misc]
     def get_signup_redirect_url(self, request: HttpRequest) -> str:
         # A provider's user at their first login lands where their role does.
         return landing_url(request.user)
+
+    def post_login(self, request: HttpRequest, user: User, **kwargs: Any) -> HttpResponse:
+        sociallogin = (kwargs.get("signal_kwargs") or {}).get("sociallogin")
+        if sociallogin is not None:
+            provider_login(request, user, sociallogin.account.extra_data or {})
+        response: HttpResponse = super().post_login(request, user, **kwargs)
+        return response
+
+
+def provider_login(request: HttpRequest, user: User, extra_data: Mapping[str, Any]) -> None:
+    """A login with the provider is its word that the user works here now, and, where its ID
+    token says a second factor was given, that factor as of its `auth_time`."""
+    provider_checked(user)
+    claims = extra_data.get("id_token")
+    at = provider_factor_at(claims, time.time()) if isinstance(claims, dict) else None
+    if at is not None:
+        factor_mark(request, at)
+
+
+class PasswordLoginBackend(ModelBackend):
+    """Django's password check, unless password logins are off (TOOLGATE_PASSWORD_LOGIN): then
+    only the user names of TOOLGATE_PASSWORD_LOGIN_USERS log in with a password, on the site's
+    login and the admin's alike; everyone else with the provider."""
+
+    def authenticate(
+        self,
+        request: HttpRequest | None,
+        username: str | None = None,
+        password: str | None = None,
+        **kwargs: Any,
+    ) -> User | None:
+        if not password_login_allowed(username):
+            return None
+        return super().authenticate(request, username=username, password=password, **kwargs)
+
+
+def password_login_allowed(username: str | None) -> bool:
+    if settings.TOOLGATE_PASSWORD_LOGIN:
+        return True
+    return username is not None and username in settings.TOOLGATE_PASSWORD_LOGIN_USERS
 
 
 def roles_from_claims(

@@ -41,6 +41,8 @@ class RoleLoginView(LoginView):
         # Single sign-on, where a provider is configured (docs/identity.md).
         if settings.TOOLGATE_OIDC_SERVER_URL:
             context["sso_name"] = settings.TOOLGATE_OIDC_NAME
+        # Password logins off: the form stays, for the local administrators listed.
+        context["passwords_restricted"] = not settings.TOOLGATE_PASSWORD_LOGIN
         return context
 
     def form_invalid(self, form: AuthenticationForm) -> HttpResponse:

@@ -123,7 +123,7 @@ AUTH_PASSWORD_VALIDATORS = [
 # Axes comes first: it refuses a locked-out user name and address before a password is checked.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    "toolgate.accounts.PasswordLoginBackend",
 ]
 # Failed logins are counted per user name and client address, in the database (shared by every
 # web process); past the limit that pair is refused until it has made no attempt for the
@@ -160,7 +160,21 @@ TOOLGATE_OIDC_GROUPS_CLAIM = env.str("TOOLGATE_OIDC_GROUPS_CLAIM", default="grou
 TOOLGATE_OIDC_ROLES: dict[str, str] = env.dict("TOOLGATE_OIDC_ROLES", default={})
 SOCIALACCOUNT_ADAPTER = "toolgate.accounts.SingleSignOnAdapter"
 SOCIALACCOUNT_AUTO_SIGNUP = True
-SOCIALACCOUNT_STORE_TOKENS = False
+# The provider's tokens are kept (allauth's SocialToken): before a decision moves money, a single
+# sign-on reviewer needs the provider's word younger than this many seconds, its userinfo
+# endpoint asked with them (approvals/provider_check.py).
+SOCIALACCOUNT_STORE_TOKENS = True
+TOOLGATE_OIDC_CHECK_SECONDS = env.int("TOOLGATE_OIDC_CHECK_SECONDS", default=300)
+# The provider's own second factor, as its ID token says (`amr` methods, or `acr` values),
+# counts as Toolgate's for TOOLGATE_FACTOR_FRESH_SECONDS after its `auth_time`.
+TOOLGATE_OIDC_FACTOR_AMR: list[str] = env.list(
+    "TOOLGATE_OIDC_FACTOR_AMR", default=["mfa", "otp", "hwk"]
+)
+TOOLGATE_OIDC_FACTOR_ACR: list[str] = env.list("TOOLGATE_OIDC_FACTOR_ACR", default=[])
+# Password logins (docs/identity.md): off, only the user names listed (local administrators)
+# log in with a password; everyone else with the provider.
+TOOLGATE_PASSWORD_LOGIN = env.bool("TOOLGATE_PASSWORD_LOGIN", default=True)
+TOOLGATE_PASSWORD_LOGIN_USERS: list[str] = env.list("TOOLGATE_PASSWORD_LOGIN_USERS", default=[])
 SOCIALACCOUNT_PROVIDERS: dict[str, Any] = {
     "openid_connect": {
         "OAUTH_PKCE_ENABLED": True,

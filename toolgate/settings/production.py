@@ -3,9 +3,20 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from toolgate.settings.base import *  # noqa: F403
-from toolgate.settings.base import BASE_DIR, CACHES, DATABASES, STORAGES, env
+from toolgate.settings.base import (
+    BASE_DIR,
+    CACHES,
+    DATABASES,
+    STORAGES,
+    TOOLGATE_OIDC_SERVER_URL,
+    env,
+)
 
 DEBUG = False
+
+# With single sign-on, only the provider logs people in, unless this says otherwise; the user
+# names in TOOLGATE_PASSWORD_LOGIN_USERS (local administrators) still may (docs/identity.md).
+TOOLGATE_PASSWORD_LOGIN = env.bool("TOOLGATE_PASSWORD_LOGIN", default=not TOOLGATE_OIDC_SERVER_URL)
 SECRET_KEY = env("SECRET_KEY")
 
 # Behind gunicorn a connection serves many requests (and keeps its prepared statements). A

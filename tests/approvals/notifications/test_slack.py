@@ -9,9 +9,12 @@ import time
 from typing import Any
 
 import pytest
+from allauth.socialaccount.models import SocialAccount, SocialToken
 from django.test import Client
+from django.utils import timezone
 
-from approvals.models import SlackLink, Vote
+from approvals.models import ReviewerToken, SlackLink, Vote
+from approvals.reviewers import reviewer_token_create
 from dispatch.models import ConfirmationStatus, SecurityEvent
 from orders.models import Refund
 from tests.approvals.conftest import HeldRefund
@@ -178,6 +181,26 @@ def test_a_slack_user_whose_reviewer_lost_the_right_decides_nothing(
     assert events() == [("slack", "slack_reviewer_without_right", 403)]
     assert Vote.objects.count() == 0
     assert Refund.objects.count() == 0
+
+
+def test_a_slack_user_whose_provider_no_longer_vouches_for_them_decides_nothing(
+    channels: None, slack_api: SlackApi, held_refund: HeldRefund
+) -> None:
+    ana = reviewer("ana")
+    slack_link(Client(), ana, "U0ANA")
+    # A single sign-on reviewer whose provider's access token expired, with no refresh token.
+    account = SocialAccount.objects.create(user=ana, provider="sso", uid="ana")
+    SocialToken.objects.create(account=account, token="t", expires_at=timezone.now())
+    reviewer_token_create(user=ana)
+    confirmation = held_refund(6_000)
+
+    press(confirmation.pk, "U0ANA")
+
+    told = slack_api.wait_for("chat.postEphemeral")
+    assert "no longer confirms your access" in told[0].arguments["text"]
+    assert Vote.objects.count() == 0
+    assert Refund.objects.count() == 0
+    assert not ReviewerToken.objects.filter(user=ana).exists()
 
 
 def test_a_workspace_other_than_the_configured_one_decides_nothing(
