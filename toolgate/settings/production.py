@@ -3,7 +3,14 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from toolgate.settings.base import *  # noqa: F403
-from toolgate.settings.base import BASE_DIR, CACHES, DATABASES, STORAGES, env
+from toolgate.settings.base import (
+    BASE_DIR,
+    CACHES,
+    DATABASES,
+    STORAGES,
+    TOOLGATE_AUDIT_KEYS,
+    env,
+)
 
 DEBUG = False
 SECRET_KEY = env("SECRET_KEY")
@@ -20,6 +27,14 @@ if CACHES["default"]["BACKEND"] != "django_redis.cache.RedisCache":
     raise ImproperlyConfigured(
         "CACHE_URL must name Redis in production (such as redis://127.0.0.1:6379/1): the agent "
         "throttle counts there for every web process."
+    )
+
+# Every process that writes the audit signs its chains' links; without the key a row appended
+# through the database alone could not be told from the product's.
+if not TOOLGATE_AUDIT_KEYS:
+    raise ImproperlyConfigured(
+        "TOOLGATE_AUDIT_KEYS (id:secret, newest first) or TOOLGATE_AUDIT_KEYS_FILE must give the "
+        "audit chains' key in production (docs/audit.md)."
     )
 
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
