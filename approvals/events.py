@@ -11,9 +11,9 @@ from django.db import transaction
 
 from approvals.errors import ConfirmationNotFound
 from approvals.models import ConfirmationEvent, EventKind
+from dispatch.audit_keys import audit_mac
 from dispatch.held_money import decision_lock
 from dispatch.models import Confirmation
-from dispatch.audit_keys import audit_mac
 from dispatch.pipeline.audit_chain import event_chain, link_hash
 
 WORKER = "worker"

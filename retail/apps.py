@@ -3,7 +3,6 @@ from django.apps import AppConfig
 from dispatch.pipeline.review import ReviewView
 from dispatch.pipeline.tools import ChangedWithOperation
 
-
 OPERATION = "Operation.transaction_id"
 
 

@@ -353,9 +353,7 @@ $$""",
     ]
 
 
-def _changed_with_operation_sql(
-    label: str, guard: ChangedWithOperation, schema: str
-) -> list[str]:
+def _changed_with_operation_sql(label: str, guard: ChangedWithOperation, schema: str) -> list[str]:
     model = _model(label, guard.model)
     table = model._meta.db_table
     operation, column = _operation(label, guard.operation)

@@ -18,9 +18,9 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.backends.utils import CursorWrapper
 from django.utils.dateparse import parse_datetime
 
+from dispatch.audit_keys import audit_mac
 from dispatch.models import AuditRecord, CallChannel, Confirmation, IdempotencyRecord
 from dispatch.pipeline.allowance import AllowanceHistory, AllowanceRequest, HoldReason
-from dispatch.audit_keys import audit_mac
 from dispatch.pipeline.audit_chain import GENESIS, audit_chain, link_hash
 from dispatch.pipeline.state import (
     AuditEntry,

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('retail', '0001_initial'),
+        ("retail", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='operation',
-            name='transaction_id',
+            model_name="operation",
+            name="transaction_id",
             field=models.BigIntegerField(blank=True, db_index=True, editable=False, null=True),
         ),
     ]

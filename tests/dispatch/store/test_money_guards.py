@@ -71,8 +71,7 @@ def test_the_installed_money_guards_are_what_the_declarations_render_today() -> 
                 [
                     statement.split("TRIGGER ", 1)[1].split()[0]
                     for statement in money_guards_sql(schema)
-                    if statement.startswith("CREATE")
-                    and "TRIGGER" in statement.split("\n", 1)[0]
+                    if statement.startswith("CREATE") and "TRIGGER" in statement.split("\n", 1)[0]
                 ]
             ],
         )
