@@ -241,7 +241,7 @@ def _ledger(label: str, ledger: str, model: type[Model]) -> tuple[str, str]:
 
 def _sum_of_ledger_sql(label: str, guard: SumOfLedger, schema: str) -> list[str]:
     model = _model(label, guard.model)
-    table, pk = model._meta.db_table, model._meta.pk.column  # type: ignore[union-attr]
+    table, pk = model._meta.db_table, model._meta.pk.column
     (column,) = _columns(model, (guard.column,))
     ledger, key = _ledger(label, guard.ledger, model)
     (amount,) = _columns(_model(label, guard.ledger.partition(".")[0]), (guard.amount,))
@@ -294,7 +294,7 @@ $$""",
 
 def _fixed_once_in_ledger_sql(label: str, guard: FixedOnceInLedger, schema: str) -> list[str]:
     model = _model(label, guard.model)
-    table, pk = model._meta.db_table, model._meta.pk.column  # type: ignore[union-attr]
+    table, pk = model._meta.db_table, model._meta.pk.column
     columns = _columns(model, guard.columns)
     ledger, key = _ledger(label, guard.ledger, model)
     named = ", ".join(columns)
