@@ -4,10 +4,11 @@ signs every link written, all of them verify."""
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db.models import QuerySet
 
 from dispatch.pipeline.audit_chain import link_mac
 
@@ -39,3 +40,37 @@ def audit_mac(chain_hash: str) -> str:
     """The MAC of a link this process writes, under the signing key."""
     keys = audit_keys()
     return link_mac(key_id=keys.signing_id, key=keys.signing, chain_hash=chain_hash)
+
+
+# Rows signed a batch at a time by the migrations that add the MAC.
+_SIGN_BATCH = 2000
+
+
+def audit_sign_existing(schema_editor: Any, rows: QuerySet[Any], table: str) -> None:
+    """Give the chained rows that have a hash and no MAC theirs, under the signing key: the
+    migrations that add the column run it, as the tables' owner (on PostgreSQL the append-only
+    trigger is set aside for it)."""
+    rows = rows.filter(chain_mac="").exclude(chain_hash="")
+    if not rows.exists():
+        return
+    postgresql = schema_editor.connection.vendor == "postgresql"
+    with schema_editor.connection.cursor() as cursor:
+        if postgresql:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+        last = 0
+        while True:
+            batch = list(
+                rows.filter(id__gt=last)
+                .order_by("id")
+                .values_list("id", "chain_hash")[:_SIGN_BATCH]
+            )
+            if not batch:
+                break
+            cursor.executemany(
+                f"UPDATE {table} SET chain_mac = %s WHERE id = %s",
+                [(audit_mac(chain_hash), pk) for pk, chain_hash in batch],
+            )
+            last = batch[-1][0]
+        if postgresql:
+            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")

@@ -25,6 +25,7 @@ until there is one.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from django.apps import apps
@@ -195,16 +196,20 @@ def guards_drop_sql() -> list[str]:
     ]
 
 
-def guards_install(schema_editor: Any) -> None:
-    """Install (or reinstall) the guards; nothing on a database other than PostgreSQL."""
+def _install(schema_editor: Any, render: Callable[[str], list[str]]) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     with schema_editor.connection.cursor() as cursor:
         cursor.execute("SELECT current_schema()")
         (schema,) = cursor.fetchone()
-    for statement in guards_sql(schema):
+    for statement in render(schema):
         # No parameters: psycopg would read the `%` of RAISE EXCEPTION as a placeholder.
         schema_editor.execute(statement, params=None)
+
+
+def guards_install(schema_editor: Any) -> None:
+    """Install (or reinstall) the guards; nothing on a database other than PostgreSQL."""
+    _install(schema_editor, guards_sql)
 
 
 def guards_drop(schema_editor: Any) -> None:
@@ -419,10 +424,4 @@ def money_guards_fingerprint() -> str:
 
 def money_guards_install(schema_editor: Any) -> None:
     """Install (or reinstall) the money guards; nothing on a database other than PostgreSQL."""
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute("SELECT current_schema()")
-        (schema,) = cursor.fetchone()
-    for statement in money_guards_sql(schema):
-        schema_editor.execute(statement, params=None)
+    _install(schema_editor, money_guards_sql)
