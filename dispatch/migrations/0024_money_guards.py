@@ -12,7 +12,7 @@ from django.db import migrations
 from dispatch.store.guards import money_guards_install
 
 # What the money guards it installs rendered when it was written (dispatch.store.guards).
-MONEY_GUARDS_FINGERPRINT = "cd50b5f903db835c"
+MONEY_GUARDS_FINGERPRINT = "40b0fd6f5f55c3bc"
 
 
 def install(apps, schema_editor):  # type: ignore[no-untyped-def]

@@ -244,6 +244,24 @@ def _ledger(label: str, ledger: str, model: type[Model]) -> tuple[str, str]:
     return _model(label, name)._meta.db_table, field.column
 
 
+def _trigger_function(function: str, schema: str, body: str) -> str:
+    """A PL/pgSQL trigger function, its search_path pinned so that no schema or temporary table
+    of the caller's can stand in for the tables it reads."""
+    return f"""
+CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = {schema}, pg_temp
+AS $$
+{body}$$"""
+
+
+def _distinct(columns: list[str]) -> str:
+    """Whether an update changed any of the columns."""
+    old = ", ".join(f"OLD.{column}" for column in columns)
+    new = ", ".join(f"NEW.{column}" for column in columns)
+    return f"ROW({new}) IS DISTINCT FROM ROW({old})"
+
+
 def _sum_of_ledger_sql(label: str, guard: SumOfLedger, schema: str) -> list[str]:
     model = _model(label, guard.model)
     table, pk = model._meta.db_table, model._meta.pk.column
@@ -252,12 +270,10 @@ def _sum_of_ledger_sql(label: str, guard: SumOfLedger, schema: str) -> list[str]
     (amount,) = _columns(_model(label, guard.ledger.partition(".")[0]), (guard.amount,))
     function = f"{label}_{column}_matches_ledger"
     return [
-        f"""
-CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
-    LANGUAGE plpgsql
-    -- Pinned, so that no schema or temporary table of the caller's can stand in for the ledger.
-    SET search_path = {schema}, pg_temp
-AS $$
+        _trigger_function(
+            function,
+            schema,
+            f"""\
 DECLARE
     row_pk bigint;
     kept numeric;
@@ -283,7 +299,8 @@ BEGIN
     END IF;
     RETURN NULL;
 END;
-$$""",
+""",
+        ),
         f"DROP TRIGGER IF EXISTS {table}_{column}_matches_ledger ON {table}",
         f"""CREATE CONSTRAINT TRIGGER {table}_{column}_matches_ledger
     AFTER INSERT OR UPDATE OF {column} ON {table}
@@ -304,16 +321,13 @@ def _fixed_once_in_ledger_sql(label: str, guard: FixedOnceInLedger, schema: str)
     ledger, key = _ledger(label, guard.ledger, model)
     named = ", ".join(columns)
     function = f"{table}_fixed_once_in_ledger"
-    old = ", ".join(f"OLD.{column}" for column in columns)
-    new = ", ".join(f"NEW.{column}" for column in columns)
     return [
-        f"""
-CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = {schema}, pg_temp
-AS $$
+        _trigger_function(
+            function,
+            schema,
+            f"""\
 BEGIN
-    IF ROW({new}) IS DISTINCT FROM ROW({old})
+    IF {_distinct(columns)}
             AND EXISTS (SELECT 1 FROM {ledger} l WHERE l.{key} = OLD.{pk}) THEN
         RAISE EXCEPTION '{table} % has rows in {ledger}: its {named} no longer change', OLD.{pk}
             USING ERRCODE = 'insufficient_privilege',
@@ -321,7 +335,8 @@ BEGIN
     END IF;
     RETURN NEW;
 END;
-$$""",
+""",
+        ),
         f"DROP TRIGGER IF EXISTS {function} ON {table}",
         f"""CREATE TRIGGER {function}
     BEFORE UPDATE OF {named} ON {table}
@@ -340,17 +355,17 @@ def _operation_sql(label: str, operation: str, schema: str) -> list[str]:
     table, column = _operation(label, operation)
     function = f"{table}_{column}"
     return [
-        f"""
-CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = {schema}, pg_temp
-AS $$
+        _trigger_function(
+            function,
+            schema,
+            f"""\
 BEGIN
     -- The top-level transaction's id, the same within its savepoints.
     NEW.{column} := txid_current();
     RETURN NEW;
 END;
-$$""",
+""",
+        ),
         f"DROP TRIGGER IF EXISTS {function} ON {table}",
         f"""CREATE TRIGGER {function}
     BEFORE INSERT ON {table}
@@ -365,19 +380,15 @@ def _changed_with_operation_sql(label: str, guard: ChangedWithOperation, schema:
     function = f"{table}_changed_with_operation"
     if guard.columns:
         columns = _columns(model, guard.columns)
-        of = " OF " + ", ".join(columns)
-        old = ", ".join(f"OLD.{c}" for c in columns)
-        new = ", ".join(f"NEW.{c}" for c in columns)
-        changed = f"ROW({old}) IS DISTINCT FROM ROW({new})"
+        of, changed = " OF " + ", ".join(columns), _distinct(columns)
     else:
         of, changed = "", "OLD.* IS DISTINCT FROM NEW.*"
     what = "its rows" + ("" if not guard.columns else f" and {', '.join(guard.columns)}")
     return [
-        f"""
-CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = {schema}, pg_temp
-AS $$
+        _trigger_function(
+            function,
+            schema,
+            f"""\
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM {operation} o WHERE o.{column} = txid_current()) THEN
         RAISE EXCEPTION '{table}: % without a row of {operation} in the same transaction', TG_OP
@@ -386,7 +397,8 @@ BEGIN
     END IF;
     RETURN NULL;
 END;
-$$""",
+""",
+        ),
         f"DROP TRIGGER IF EXISTS {table}_rows_with_operation ON {table}",
         f"""CREATE CONSTRAINT TRIGGER {table}_rows_with_operation
     AFTER INSERT OR DELETE ON {table}
