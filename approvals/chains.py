@@ -35,13 +35,19 @@ def _heads() -> dict[str, tuple[int, str]]:
 def _links() -> Iterator[tuple[str, Link]]:
     rows = (
         ConfirmationEvent.objects.order_by("confirmation_id", "chain_seq", "id")
-        .values("id", "chain_seq", "chain_hash", *EVENT_FIELDS)
+        .values("id", "chain_seq", "chain_hash", "chain_mac", *EVENT_FIELDS)
         .iterator(chunk_size=_CHUNK)
     )
     for row in rows:
         yield (
             event_chain(row["confirmation_id"]),
-            Link(row["id"], row["chain_seq"], row["chain_hash"], covered(EVENT_FIELDS, row)),
+            Link(
+                row["id"],
+                row["chain_seq"],
+                row["chain_hash"],
+                covered(EVENT_FIELDS, row),
+                row["chain_mac"],
+            ),
         )
 
 
@@ -68,13 +74,19 @@ confirmation_events = ChainSource(
 def _policy_links() -> Iterator[tuple[str, Link]]:
     rows = (
         PolicyEvent.objects.order_by("chain", "chain_seq", "id")
-        .values("id", "chain_seq", "chain_hash", *POLICY_EVENT_FIELDS)
+        .values("id", "chain_seq", "chain_hash", "chain_mac", *POLICY_EVENT_FIELDS)
         .iterator(chunk_size=_CHUNK)
     )
     for row in rows:
         yield (
             row["chain"],
-            Link(row["id"], row["chain_seq"], row["chain_hash"], covered(POLICY_EVENT_FIELDS, row)),
+            Link(
+                row["id"],
+                row["chain_seq"],
+                row["chain_hash"],
+                covered(POLICY_EVENT_FIELDS, row),
+                row["chain_mac"],
+            ),
         )
 
 

@@ -11,6 +11,7 @@ from django.db import transaction
 
 from approvals.errors import ConfirmationNotFound
 from approvals.models import ConfirmationEvent, EventKind
+from dispatch.audit_keys import audit_mac
 from dispatch.held_money import decision_lock
 from dispatch.models import Confirmation
 from dispatch.pipeline.audit_chain import event_chain, link_hash
@@ -72,7 +73,9 @@ def event_append(
             )
         else:  # pragma: no cover - as many events as tries, all at once, on one confirmation
             raise RuntimeError(f"the event chain of {confirmation.pk} would not settle")
-        ConfirmationEvent.objects.create(**fields, chain_seq=seq + 1, chain_hash=linked)
+        ConfirmationEvent.objects.create(
+            **fields, chain_seq=seq + 1, chain_hash=linked, chain_mac=audit_mac(linked)
+        )
     confirmation.event_seq, confirmation.event_head = seq + 1, linked
 
 

@@ -109,9 +109,11 @@ class ConfirmationEvent(models.Model):
     actor_label = models.CharField(max_length=150)
     message = models.TextField(blank=True, default="")
     data = models.JSONField(default=dict, blank=True)
-    # Its link in its confirmation's chain (dispatch/pipeline/audit_chain.py).
+    # Its link in its confirmation's chain (dispatch/pipeline/audit_chain.py), and the hash's
+    # MAC under the audit key (dispatch/audit_keys.py).
     chain_seq = models.PositiveBigIntegerField(null=True, blank=True)
     chain_hash = models.CharField(max_length=64, blank=True, default="")
+    chain_mac = models.CharField(max_length=100, blank=True, default="")
 
     class Meta:
         ordering = ["at", "id"]
@@ -400,6 +402,8 @@ class PolicyEvent(models.Model):
     data = models.JSONField(default=dict, blank=True)
     chain_seq = models.PositiveBigIntegerField()
     chain_hash = models.CharField(max_length=64)
+    # The hash's MAC under the audit key (docs/audit.md), as a confirmation event's.
+    chain_mac = models.CharField(max_length=100, blank=True, default="")
 
     class Meta:
         ordering = ["at", "id"]

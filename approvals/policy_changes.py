@@ -31,6 +31,7 @@ from approvals.models import (
     ReviewerLimit,
 )
 from approvals.reviewers import is_manager
+from dispatch.audit_keys import audit_mac
 from dispatch.models import Agent, Policy
 from dispatch.money import major_units
 from dispatch.pipeline.audit_chain import (
@@ -303,7 +304,9 @@ def _event_append(
     linked = link_hash(
         chain=chain, seq=seq + 1, previous=previous, fields=covered(POLICY_EVENT_FIELDS, fields)
     )
-    return PolicyEvent.objects.create(**fields, chain_seq=seq + 1, chain_hash=linked)
+    return PolicyEvent.objects.create(
+        **fields, chain_seq=seq + 1, chain_hash=linked, chain_mac=audit_mac(linked)
+    )
 
 
 def _chain_of(change: PolicyChange) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 # (a) the pipeline core in-process, and its cost per call over one customer's growing history;
 # (b) what a statement costs the driver and the server, then the API under gunicorn; (c) the
 # manager's figures; (d) the policy what-if, and the agents beside four of them.
-BENCHMARKS = ("core", "core_history", "roundtrip", "api", "analytics", "what_if")
+BENCHMARKS = ("core", "core_history", "roundtrip", "api", "analytics", "what_if", "audit_keys")
 # A benchmark that is another one's mode: that one's module, and the options that select it.
 MODES: dict[str, tuple[str, list[str]]] = {
     "core_history": ("core", ["--history", "2000,8000,32000"]),

@@ -10,6 +10,7 @@ import os
 
 # Production insists on a secret from the environment; the bench serves nothing real.
 os.environ.setdefault("SECRET_KEY", "bench-only-insecure-secret-key-never-used-in-production")
+os.environ.setdefault("TOOLGATE_AUDIT_KEYS", "bench:bench-only-audit-key-never-used-in-production")
 # The bench database, configured as production configures its own: persistent connections,
 # server-side binding and prepared statements (DATABASE_SERVER_SIDE_BINDING=0 turns them off).
 os.environ["DATABASE_URL"] = os.environ.get(

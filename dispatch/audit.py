@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from dispatch.audit_keys import audit_keys
 from dispatch.models import AuditRecord, AuditSeal
 from dispatch.pipeline.audit_chain import (
     AUDIT_FIELDS,
@@ -84,13 +85,19 @@ def _audit_count() -> int:
 def _audit_links() -> Iterator[tuple[str, Link]]:
     rows = (
         AuditRecord.objects.order_by("agent_id", "session_id", "chain_seq", "id")
-        .values("id", "chain_seq", "chain_hash", *AUDIT_FIELDS)
+        .values("id", "chain_seq", "chain_hash", "chain_mac", *AUDIT_FIELDS)
         .iterator(chunk_size=_CHUNK)
     )
     for row in rows:
         yield (
             audit_chain(row["agent_id"], row["session_id"]),
-            Link(row["id"], row["chain_seq"], row["chain_hash"], covered(AUDIT_FIELDS, row)),
+            Link(
+                row["id"],
+                row["chain_seq"],
+                row["chain_hash"],
+                covered(AUDIT_FIELDS, row),
+                row["chain_mac"],
+            ),
         )
 
 
@@ -281,6 +288,8 @@ def audit_verify(
     sealed = dict(seals.sealed) if seals is not None else {}
     if seals is not None:
         result.seal_findings.extend(seals.findings)
+    # Every key, the rotated-out ones too: each verifies the links it signed.
+    keys = audit_keys().by_id
     snapshot = connection.vendor == "postgresql" and not connection.in_atomic_block
     with transaction.atomic():
         if snapshot:
@@ -299,7 +308,7 @@ def audit_verify(
                 result.chains += 1
                 links = (link for _, link in rows)
                 head = OWN_HEAD if heads is None else heads.pop(chain, None)
-                for item in verify_chain(chain, links, head, sealed.pop(chain, None)):
+                for item in verify_chain(chain, links, head, sealed.pop(chain, None), keys):
                     if isinstance(item, Finding):
                         result.findings.append(item)
                         continue

@@ -234,9 +234,11 @@ class AuditRecord(models.Model):
     policy_version = models.PositiveIntegerField()
     duration_ms = models.FloatField()
     channel = models.CharField(max_length=8, choices=CallChannel.choices, default=CallChannel.API)
-    # Its link in its session's chain (dispatch/pipeline/audit_chain.py): its place and hash.
+    # Its link in its session's chain (dispatch/pipeline/audit_chain.py): its place and hash,
+    # and the hash's MAC under the audit key (`<key id>:<hex>`, dispatch/audit_keys.py).
     chain_seq = models.PositiveBigIntegerField(null=True, blank=True)
     chain_hash = models.CharField(max_length=64, blank=True, default="")
+    chain_mac = models.CharField(max_length=100, blank=True, default="")
 
     class Meta:
         ordering = ["at", "id"]

@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from dispatch.pipeline.tools import FixedOnceInLedger, SumOfLedger
+
 
 class OrdersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
@@ -9,6 +11,15 @@ class OrdersConfig(AppConfig):
     # Where an executed refund writes its one row, under its execution key: (model, key field,
     # tools), which the books' reconciler checks (books/checks.py).
     execution_ledger = ("Refund", "idempotency_key", ("refund_order",))
+    # What a refund's checks read, guarded on PostgreSQL (dispatch/store/guards.py): refunded_cents
+    # moves only with its ledger row; what the ledger's rows were judged against is fixed once
+    # there is one (the admin edits an order only before its first refund).
+    money_guards = (
+        SumOfLedger("Order", "refunded_cents", ledger="Refund.order", amount="amount_cents"),
+        FixedOnceInLedger(
+            "Order", ("order_id", "customer_id", "total_cents", "currency"), ledger="Refund.order"
+        ),
+    )
 
     def ready(self) -> None:
         # Imported here: the gateway imports models, which need the app registry ready.

@@ -1,6 +1,9 @@
 from django.apps import AppConfig
 
 from dispatch.pipeline.review import ReviewView
+from dispatch.pipeline.tools import ChangedWithOperation
+
+OPERATION = "Operation.transaction_id"
 
 
 class RetailConfig(AppConfig):
@@ -9,6 +12,16 @@ class RetailConfig(AppConfig):
     verbose_name = "Retail desk"
     # Set once the tools are known (ready).
     execution_ledger: tuple[str, str, tuple[str, ...]] | None = None
+    # Written once, never changed: `db_roles` grants the application's role no UPDATE or DELETE
+    # (`load_retail`, which replaces the desk, runs as the tables' owner).
+    append_only_models = ("Operation", "Payment")
+    # What the desk's money checks read, changed only by a write that records its operation
+    # (retail.gateway, or load_retail), guarded on PostgreSQL (dispatch/store/guards.py).
+    money_guards = (
+        ChangedWithOperation("PaymentMethod", ("balance_cents",), operation=OPERATION),
+        ChangedWithOperation("Payment", (), operation=OPERATION),
+        ChangedWithOperation("OrderItem", ("item_id", "price_cents"), operation=OPERATION),
+    )
 
     def ready(self) -> None:
         # Imported here: the gateway imports models, which need the app registry ready.

@@ -7,6 +7,7 @@ the installed package: nothing is downloaded.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -154,6 +155,13 @@ def retail_load(data: Mapping[str, Any]) -> Loaded:
         )
         for order, o in zip(orders, data["orders"].values(), strict=True)
         for at, p in enumerate(o["payment_history"])
+    )
+    # What changed the desk's balances, payments and items: the load itself.
+    Operation.objects.create(
+        idempotency_key=f"load_retail:{uuid.uuid4()}",
+        tool="load_retail",
+        subject="retail",
+        result={"payment_methods": len(methods), "orders": len(orders), "payments": len(payments)},
     )
     return Loaded(
         len(users),

@@ -191,6 +191,10 @@ class Operation(models.Model):
     subject = models.CharField(max_length=64)
     result = models.JSONField()
     created_at = models.DateTimeField(auto_now_add=True)
+    # The transaction that recorded it, set by the database on PostgreSQL whatever the insert
+    # says: balances, payments and items change only in a transaction that recorded one
+    # (dispatch/store/guards.py).
+    transaction_id = models.BigIntegerField(null=True, blank=True, editable=False, db_index=True)
 
     def __str__(self) -> str:
         return f"{self.tool} {self.subject}"

@@ -7,6 +7,12 @@ the first) and the row's fields that matter, as sorted-key JSON. Chains that con
 never share keep one call from waiting on another's; a seal, periodically, hashes the heads of the
 chains that moved into one line written where the database's owner cannot rewrite it.
 
+Each link also carries a MAC: HMAC-SHA256 of its hash under a key that only the processes
+writing the links hold (never the database), named by its id (`<key id>:<hex>`). Whoever can
+only write to the database can append a link with a correct hash, never with its MAC; the
+verifier, given the keys, names such a link FORGED. The first key signs, the others verify the
+links written before a rotation.
+
 Plain values in, plain values out: the writers (dispatch.store, approvals.services) and the
 verifier (`manage.py verify_audit`) use this module and nothing else to compute a hash.
 """
@@ -14,6 +20,7 @@ verifier (`manage.py verify_audit`) use this module and nothing else to compute 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -123,6 +130,24 @@ def link_hash(*, chain: str, seq: int, previous: str, fields: Mapping[str, Any])
     return hashlib.sha256(canonical(chain, seq, previous or GENESIS, fields)).hexdigest()
 
 
+def link_mac(*, key_id: str, key: bytes, chain_hash: str) -> str:
+    """The MAC of a link whose hash is `chain_hash`, under the key `key_id` names."""
+    return f"{key_id}:{hmac.new(key, chain_hash.encode(), hashlib.sha256).hexdigest()}"
+
+
+def mac_problem(keys: Mapping[str, bytes], chain_hash: str, mac: str | None) -> str | None:
+    """What is wrong with a link's MAC, or None if one of the keys made it for its hash."""
+    key_id, _, digest = (mac or "").partition(":")
+    if not digest:
+        return "its hash holds but it has no MAC: it was not written with the audit key"
+    key = keys.get(key_id)
+    if key is None:
+        return f"its MAC names key {key_id!r}, which is not among the audit keys"
+    if not hmac.compare_digest(link_mac(key_id=key_id, key=key, chain_hash=chain_hash), mac or ""):
+        return f"its hash holds but its MAC under key {key_id!r} does not"
+    return None
+
+
 def covered(names: Sequence[str], row: Mapping[str, Any]) -> dict[str, Any]:
     return {name: row[name] for name in names}
 
@@ -156,6 +181,9 @@ OWN_HEAD = (-1, "")
 ALTERED = "altered"
 REMOVED = "removed"
 INSERTED = "inserted"
+# A link with a correct hash that the audit key did not sign: appended or rewritten by someone
+# who could write to the database but did not hold the key.
+FORGED = "forged"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +209,8 @@ class Link(NamedTuple):
     seq: int | None
     hash: str | None
     fields: Mapping[str, Any]
+    # `<key id>:<hex>`, or "" where the row has none.
+    mac: str | None = None
 
 
 def verify_chain(
@@ -188,12 +218,14 @@ def verify_chain(
     links: Iterable[Link],
     head: tuple[int, str] | None,
     sealed: tuple[int, str] | None = None,
+    keys: Mapping[str, bytes] | None = None,
 ) -> Iterator[Finding | Link]:
     """Walk one chain's links in order of (seq, id); yield each link as it is checked and the
     chain's first finding, if any, after which the walk stops.
 
     `head` is the chain's head as its row keeps it (None: the row is gone; OWN_HEAD: the chain's
-    last link is its head, kept nowhere else), `sealed` the last head a seal wrote out for it."""
+    last link is its head, kept nowhere else), `sealed` the last head a seal wrote out for it,
+    `keys` the audit keys by id (None: the MACs are not checked)."""
     expected, previous = 1, GENESIS
     at_sealed: str | None = None
     last_id: int | str | None = None
@@ -229,6 +261,11 @@ def verify_chain(
                 "its fields or hash do not match its chain",
             )
             return
+        if keys is not None:
+            problem = mac_problem(keys, computed, link.mac)
+            if problem is not None:
+                yield Finding(chain, link.seq, link.id, FORGED, problem)
+                return
         if sealed is not None and link.seq == sealed[0]:
             at_sealed = computed
         previous, expected, last_id = computed, expected + 1, link.id

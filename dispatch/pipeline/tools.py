@@ -282,6 +282,46 @@ class LookupSource:
     to_value: Callable[[Mapping[str, Any]], Any]
 
 
+# What a domain's money checks read, and the only way each may change: declared in the domain's
+# AppConfig as `money_guards`, rendered into PostgreSQL triggers by dispatch/store/guards.py.
+# Models are named as in their app ("Order"); a ledger as "<Model>.<its foreign key>".
+
+
+@dataclass(frozen=True, slots=True)
+class SumOfLedger:
+    """At every commit `model.column` equals the sum of `amount` over the ledger's rows that
+    refer to it: it moves only with a ledger row, in the same transaction."""
+
+    model: str
+    column: str
+    ledger: str
+    amount: str
+
+
+@dataclass(frozen=True, slots=True)
+class FixedOnceInLedger:
+    """`columns` of `model` change only until a ledger row refers to it: the ledger's rows were
+    judged against them."""
+
+    model: str
+    columns: tuple[str, ...]
+    ledger: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChangedWithOperation:
+    """Rows of `model` are inserted or deleted, and its `columns` (every one, if none is named)
+    updated, only in a transaction that records a row of `operation`, named as
+    "<Model>.<the column the database sets to the recording transaction>"."""
+
+    model: str
+    columns: tuple[str, ...]
+    operation: str
+
+
+MoneyGuard = SumOfLedger | FixedOnceInLedger | ChangedWithOperation
+
+
 class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, ToolSpec[Any]] = {}

@@ -9,7 +9,11 @@ needed but not every row or column it could touch, a trigger here refuses the re
   never change, and its expiry only comes sooner (dispatch.models);
 - a reservation of money moves only as its protocol says (dispatch/store/allowance.py);
 - security events are deleted only by `toolgate_prune_security_events`, which runs as the tables'
-  owner and deletes only what is due, in bounded batches (dispatch.security).
+  owner and deletes only what is due, in bounded batches (dispatch.security);
+- what a domain's money checks read changes only as its AppConfig's `money_guards` say
+  (dispatch.pipeline.tools: SumOfLedger, FixedOnceInLedger, ChangedWithOperation): rendered by
+  `money_guards_sql`, installed by a migration that calls `money_guards_install` and records
+  `money_guards_fingerprint()` as its MONEY_GUARDS_FINGERPRINT.
 
 Each is installed by a migration that calls `guards_install`. Rendered from the declarations
 rather than copied into the migration, so that they cannot drift apart: a change to a
@@ -21,15 +25,23 @@ until there is one.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
-from django.db.models import Field, Model
+from django.apps import apps
+from django.db.models import Field, ForeignKey, Model
 
 from dispatch.models import (
     CONFIRMATION_FROZEN,
     CONFIRMATION_LIFECYCLE,
     Confirmation,
     SecurityEvent,
+)
+from dispatch.pipeline.tools import (
+    ChangedWithOperation,
+    FixedOnceInLedger,
+    MoneyGuard,
+    SumOfLedger,
 )
 from dispatch.store.allowance import MOVEMENT_PROTOCOL
 
@@ -184,16 +196,20 @@ def guards_drop_sql() -> list[str]:
     ]
 
 
-def guards_install(schema_editor: Any) -> None:
-    """Install (or reinstall) the guards; nothing on a database other than PostgreSQL."""
+def _install(schema_editor: Any, render: Callable[[str], list[str]]) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     with schema_editor.connection.cursor() as cursor:
         cursor.execute("SELECT current_schema()")
         (schema,) = cursor.fetchone()
-    for statement in guards_sql(schema):
+    for statement in render(schema):
         # No parameters: psycopg would read the `%` of RAISE EXCEPTION as a placeholder.
         schema_editor.execute(statement, params=None)
+
+
+def guards_install(schema_editor: Any) -> None:
+    """Install (or reinstall) the guards; nothing on a database other than PostgreSQL."""
+    _install(schema_editor, guards_sql)
 
 
 def guards_drop(schema_editor: Any) -> None:
@@ -201,3 +217,223 @@ def guards_drop(schema_editor: Any) -> None:
         return
     for statement in guards_drop_sql():
         schema_editor.execute(statement, params=None)
+
+
+# What a domain's money checks read (each app's `money_guards`).
+
+
+def money_guards() -> list[tuple[str, MoneyGuard]]:
+    """Every app's declared money guards, with the app's label, in the apps' order."""
+    return [
+        (config.label, guard)
+        for config in apps.get_app_configs()
+        for guard in getattr(config, "money_guards", ())
+    ]
+
+
+def _model(label: str, name: str) -> type[Model]:
+    return apps.get_model(label, name)
+
+
+def _ledger(label: str, ledger: str, model: type[Model]) -> tuple[str, str]:
+    """The ledger's table and the column of its foreign key to `model`."""
+    name, _, key = ledger.partition(".")
+    field = _model(label, name)._meta.get_field(key)
+    if not isinstance(field, ForeignKey) or field.related_model is not model:
+        raise ValueError(f"{ledger} is not a foreign key to {model.__name__}")
+    return _model(label, name)._meta.db_table, field.column
+
+
+def _trigger_function(function: str, schema: str, body: str) -> str:
+    """A PL/pgSQL trigger function, its search_path pinned so that no schema or temporary table
+    of the caller's can stand in for the tables it reads."""
+    return f"""
+CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = {schema}, pg_temp
+AS $$
+{body}$$"""
+
+
+def _distinct(columns: list[str]) -> str:
+    """Whether an update changed any of the columns."""
+    old = ", ".join(f"OLD.{column}" for column in columns)
+    new = ", ".join(f"NEW.{column}" for column in columns)
+    return f"ROW({new}) IS DISTINCT FROM ROW({old})"
+
+
+def _sum_of_ledger_sql(label: str, guard: SumOfLedger, schema: str) -> list[str]:
+    model = _model(label, guard.model)
+    table, pk = model._meta.db_table, model._meta.pk.column
+    (column,) = _columns(model, (guard.column,))
+    ledger, key = _ledger(label, guard.ledger, model)
+    (amount,) = _columns(_model(label, guard.ledger.partition(".")[0]), (guard.amount,))
+    function = f"{label}_{column}_matches_ledger"
+    return [
+        _trigger_function(
+            function,
+            schema,
+            f"""\
+DECLARE
+    row_pk bigint;
+    kept numeric;
+    entered numeric;
+BEGIN
+    IF TG_TABLE_NAME = {_literal(table)} THEN
+        row_pk := NEW.{pk};
+    ELSE
+        row_pk := NEW.{key};
+    END IF;
+    -- The state at commit, not the row as this event saw it: an amount given back within the
+    -- transaction left two events on the row, and both must judge its final value.
+    SELECT t.{column} INTO kept FROM {table} t WHERE t.{pk} = row_pk;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    SELECT coalesce(sum(l.{amount}), 0) INTO entered FROM {ledger} l WHERE l.{key} = row_pk;
+    IF kept <> entered THEN
+        RAISE EXCEPTION '{guard.model.lower()} % has {column} %, but its ledger rows add up to %',
+            row_pk, kept, entered
+            USING ERRCODE = 'check_violation',
+                  HINT = '{column} changes only with a ledger row, in the same transaction';
+    END IF;
+    RETURN NULL;
+END;
+""",
+        ),
+        f"DROP TRIGGER IF EXISTS {table}_{column}_matches_ledger ON {table}",
+        f"""CREATE CONSTRAINT TRIGGER {table}_{column}_matches_ledger
+    AFTER INSERT OR UPDATE OF {column} ON {table}
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION {function}()""",
+        f"DROP TRIGGER IF EXISTS {ledger}_{column}_matches_ledger ON {ledger}",
+        f"""CREATE CONSTRAINT TRIGGER {ledger}_{column}_matches_ledger
+    AFTER INSERT ON {ledger}
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION {function}()""",
+    ]
+
+
+def _fixed_once_in_ledger_sql(label: str, guard: FixedOnceInLedger, schema: str) -> list[str]:
+    model = _model(label, guard.model)
+    table, pk = model._meta.db_table, model._meta.pk.column
+    columns = _columns(model, guard.columns)
+    ledger, key = _ledger(label, guard.ledger, model)
+    named = ", ".join(columns)
+    function = f"{table}_fixed_once_in_ledger"
+    return [
+        _trigger_function(
+            function,
+            schema,
+            f"""\
+BEGIN
+    IF {_distinct(columns)}
+            AND EXISTS (SELECT 1 FROM {ledger} l WHERE l.{key} = OLD.{pk}) THEN
+        RAISE EXCEPTION '{table} % has rows in {ledger}: its {named} no longer change', OLD.{pk}
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'they change only before the first row of {ledger} refers to it';
+    END IF;
+    RETURN NEW;
+END;
+""",
+        ),
+        f"DROP TRIGGER IF EXISTS {function} ON {table}",
+        f"""CREATE TRIGGER {function}
+    BEFORE UPDATE OF {named} ON {table}
+    FOR EACH ROW EXECUTE FUNCTION {function}()""",
+    ]
+
+
+def _operation(label: str, operation: str) -> tuple[str, str]:
+    name, _, column = operation.partition(".")
+    (recorded_by,) = _columns(_model(label, name), (column,))
+    return _model(label, name)._meta.db_table, recorded_by
+
+
+def _operation_sql(label: str, operation: str, schema: str) -> list[str]:
+    """The operation's rows carry the transaction that recorded them, whatever the insert says."""
+    table, column = _operation(label, operation)
+    function = f"{table}_{column}"
+    return [
+        _trigger_function(
+            function,
+            schema,
+            f"""\
+BEGIN
+    -- The top-level transaction's id, the same within its savepoints.
+    NEW.{column} := txid_current();
+    RETURN NEW;
+END;
+""",
+        ),
+        f"DROP TRIGGER IF EXISTS {function} ON {table}",
+        f"""CREATE TRIGGER {function}
+    BEFORE INSERT ON {table}
+    FOR EACH ROW EXECUTE FUNCTION {function}()""",
+    ]
+
+
+def _changed_with_operation_sql(label: str, guard: ChangedWithOperation, schema: str) -> list[str]:
+    model = _model(label, guard.model)
+    table = model._meta.db_table
+    operation, column = _operation(label, guard.operation)
+    function = f"{table}_changed_with_operation"
+    if guard.columns:
+        columns = _columns(model, guard.columns)
+        of, changed = " OF " + ", ".join(columns), _distinct(columns)
+    else:
+        of, changed = "", "OLD.* IS DISTINCT FROM NEW.*"
+    what = "its rows" + ("" if not guard.columns else f" and {', '.join(guard.columns)}")
+    return [
+        _trigger_function(
+            function,
+            schema,
+            f"""\
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM {operation} o WHERE o.{column} = txid_current()) THEN
+        RAISE EXCEPTION '{table}: % without a row of {operation} in the same transaction', TG_OP
+            USING ERRCODE = 'check_violation',
+                  HINT = '{what} change only with the operation that records it';
+    END IF;
+    RETURN NULL;
+END;
+""",
+        ),
+        f"DROP TRIGGER IF EXISTS {table}_rows_with_operation ON {table}",
+        f"""CREATE CONSTRAINT TRIGGER {table}_rows_with_operation
+    AFTER INSERT OR DELETE ON {table}
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION {function}()""",
+        f"DROP TRIGGER IF EXISTS {table}_changed_with_operation ON {table}",
+        f"""CREATE CONSTRAINT TRIGGER {table}_changed_with_operation
+    AFTER UPDATE{of} ON {table}
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN ({changed}) EXECUTE FUNCTION {function}()""",
+    ]
+
+
+def money_guards_sql(schema: str) -> list[str]:
+    """Every statement that installs the money guards, in order (run again safely)."""
+    space = '"' + schema.replace('"', '""') + '"'
+    statements: list[str] = []
+    operations: list[tuple[str, str]] = []
+    for label, guard in money_guards():
+        if isinstance(guard, SumOfLedger):
+            statements += _sum_of_ledger_sql(label, guard, space)
+        elif isinstance(guard, FixedOnceInLedger):
+            statements += _fixed_once_in_ledger_sql(label, guard, space)
+        else:
+            if (label, guard.operation) not in operations:
+                operations.append((label, guard.operation))
+                statements += _operation_sql(label, guard.operation, space)
+            statements += _changed_with_operation_sql(label, guard, space)
+    return statements
+
+
+def money_guards_fingerprint() -> str:
+    return hashlib.sha256("\n".join(money_guards_sql("public")).encode()).hexdigest()[:16]
+
+
+def money_guards_install(schema_editor: Any) -> None:
+    """Install (or reinstall) the money guards; nothing on a database other than PostgreSQL."""
+    _install(schema_editor, money_guards_sql)

@@ -75,13 +75,13 @@ _AUDIT_INTO = """
     INSERT INTO dispatch_auditrecord
         (call_id, at, agent_id, session_id, customer_id, step, tool, raw_arguments, arguments,
         key, ok, code, message, replayed, confirmation_id, policy_version, duration_ms, channel,
-        chain_seq, chain_hash)
+        chain_seq, chain_hash, chain_mac)
 """
 
 _AUDIT_VALUES = """%(call_id)s, %(at)s, %(agent_id)s, %(session_id)s, %(customer_id)s, %(step)s,
         %(tool)s, %(raw_arguments)s, %(arguments)s, %(key)s, %(ok)s, %(code)s, %(message)s,
         %(replayed)s, %(confirmation_id)s, %(policy_version)s, %(duration_ms)s, %(channel)s,
-        %(chain_seq)s, %(chain_hash)s"""
+        %(chain_seq)s, %(chain_hash)s, %(chain_mac)s"""
 
 # The audit record is the next link of its session's chain, at the place after the head the call
 # read: the chain's unique index lets only one record take a place. A record of the same session
@@ -119,6 +119,7 @@ AUDIT_COLUMNS = (
     "channel",
     "chain_seq",
     "chain_hash",
+    "chain_mac",
 )
 
 # PostgreSQL: a call opens in one statement. The step is counted; within the budget (or where

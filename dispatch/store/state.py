@@ -18,6 +18,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.backends.utils import CursorWrapper
 from django.utils.dateparse import parse_datetime
 
+from dispatch.audit_keys import audit_mac
 from dispatch.models import AuditRecord, CallChannel, Confirmation, IdempotencyRecord
 from dispatch.pipeline.allowance import AllowanceHistory, AllowanceRequest, HoldReason
 from dispatch.pipeline.audit_chain import GENESIS, audit_chain, link_hash
@@ -305,10 +306,12 @@ class OrmState:
             if head is None:
                 head = self._read_head(audit["agent_id"], audit["session_id"])
             seq, previous = head[0] + 1, head[1]
+            chain_hash = link_hash(chain=chain, seq=seq, previous=previous, fields=fields)
             linked = {
                 **audit,
                 "chain_seq": seq,
-                "chain_hash": link_hash(chain=chain, seq=seq, previous=previous, fields=fields),
+                "chain_hash": chain_hash,
+                "chain_mac": audit_mac(chain_hash),
             }
             if self.backend.end_call(self.cursor, settle, linked, reserve, commit=commit):
                 self._head = (seq, linked["chain_hash"])

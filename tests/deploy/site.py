@@ -303,6 +303,7 @@ class Production:
         self.static_root = directory / "static"
         self.https_port = https_port
         self.secret_key = secrets.token_urlsafe(50)
+        self.audit_key = f"1:{secrets.token_hex(32)}"
         self.env_file = directory / "env"
         self.owner_env_file = directory / "owner-env"
         self._write_env_files()
@@ -318,6 +319,7 @@ class Production:
             "CACHE_URL": REDIS_URL,
             "CELERY_BROKER_URL": REDIS_URL,
             "STATIC_ROOT": str(self.static_root),
+            "TOOLGATE_AUDIT_KEYS": self.audit_key,
         }
         missing = sorted(set(site) - set(shared))
         assert not missing, f"docs/deploy.md's /etc/toolgate/env no longer sets {missing}"

@@ -21,6 +21,7 @@ from pytest_django import Settings
 
 from dispatch import tasks
 from dispatch.audit import audit_seal
+from dispatch.audit_keys import audit_mac
 from dispatch.models import Agent, AuditRecord, AuditSeal, IdempotencyRecord, Movement
 from dispatch.pipeline.audit_chain import AUDIT_FIELDS, GENESIS, audit_chain, covered, link_hash
 from dispatch.services import call_dispatch
@@ -238,7 +239,8 @@ def test_a_chain_rewritten_whole_after_a_seal_is_found_against_it(
     settings.TOOLGATE_AUDIT_SEAL_SINKS = [f"file:{seals}"]
     with django_capture_on_commit_callbacks(execute=True):
         audit_seal()
-    # The owner changes a record and computes every later hash again.
+    # The owner, holding the audit key too, changes a record and computes every later hash and
+    # MAC again: only the seal written out tells.
     name, previous = audit_chain(audited.pk, "s-2"), GENESIS
     with as_owner("dispatch_auditrecord"):
         for record in chain(audited, "s-2"):
@@ -249,7 +251,7 @@ def test_a_chain_rewritten_whole_after_a_seal_is_found_against_it(
                 chain=name, seq=record.chain_seq or 0, previous=previous, fields=fields
             )
             AuditRecord.objects.filter(pk=record.pk).update(
-                message=fields["message"], chain_hash=previous
+                message=fields["message"], chain_hash=previous, chain_mac=audit_mac(previous)
             )
 
     alone, _ = verify()

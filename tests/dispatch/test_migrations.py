@@ -200,4 +200,7 @@ def test_the_migrations_chain_the_records_and_events_made_before_them(run: Run) 
     ]
     assert list(ConfirmationEvent.objects.values_list("chain_seq", flat=True)) == [1, 2]
     assert Current.objects.get().event_seq == 2
+    # Signed under the audit key by the migrations that added the MAC, so they verify.
+    assert all(Record.objects.values_list("chain_mac", flat=True))
+    assert all(ConfirmationEvent.objects.values_list("chain_mac", flat=True))
     assert "OK: every chain holds" in run("verify_audit")

@@ -117,3 +117,52 @@ def _refund_ord_1001(*, key: str) -> RefundReceipt:
         key=key,
         approved_by=(),
     )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("total_cents", 99_000),
+        ("currency", "USD"),
+        ("customer_id", "CUS-2"),
+        ("order_id", "ORD-9999"),
+    ],
+)
+def test_what_a_refund_was_judged_against_never_changes_after_it(
+    refund: Refund, field: str, value: object
+) -> None:
+    order = refund.order
+
+    with (
+        pytest.raises(DatabaseError, match="has rows in orders_refund"),
+        transaction.atomic(),
+    ):
+        Order.objects.filter(pk=order.pk).update(**{field: value})
+
+    assert Order.objects.filter(pk=order.pk).values_list(field, flat=True).get() == getattr(
+        order, field
+    )
+
+
+@commits
+def test_an_order_is_edited_as_the_admin_does_until_its_first_refund() -> None:
+    order: Order = OrderFactory.create(order_id="ORD-1001", customer_id="CUS-1")
+    order.total_cents, order.customer_id, order.currency = 20_000, "CUS-2", "USD"
+    order.save(update_fields=["total_cents", "customer_id", "currency"])
+
+    receipt = OrmOrderBook().refund(
+        customer_id="CUS-2",
+        order_id="ORD-1001",
+        amount_cents=1000,
+        currency="USD",
+        reason="damaged",
+        key="k-1",
+        approved_by=(),
+    )
+
+    assert (receipt.total_cents, receipt.refunded_cents) == (20_000, 1000)
+    with pytest.raises(DatabaseError, match="no longer change"), transaction.atomic():
+        Order.objects.filter(pk=order.pk).update(total_cents=1000)
+    # The same value written again changes nothing: the admin's save of an untouched field.
+    Order.objects.filter(pk=order.pk).update(total_cents=20_000)
+    assert Order.objects.get(pk=order.pk).total_cents == 20_000

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from dispatch.pipeline.tools import Refused
 from retail.book import OrderView, Plan, UserView, plan_cancel, plan_modify_payment
 from retail.gateway import OrmRetailBook
-from retail.models import PaymentMethod, RetailOrder
+from retail.models import Operation, PaymentMethod, RetailOrder
 from tests.threads import run_together
 
 pytestmark = [
@@ -85,8 +85,13 @@ def test_a_gift_card_paying_two_orders_at_once_pays_only_what_its_balance_covers
     assert chosen is not None
     card, orders = chosen
     amounts = [o.payments.get().amount_cents for o in orders]
-    # Enough for either order, not for both.
-    PaymentMethod.objects.filter(pk=card.pk).update(balance_cents=max(amounts))
+    # Enough for either order, not for both: set with the operation that records it, as the
+    # database asks of every balance change (docs/deploy.md).
+    with transaction.atomic():
+        PaymentMethod.objects.filter(pk=card.pk).update(balance_cents=max(amounts))
+        Operation.objects.create(
+            idempotency_key="test-balance", tool="test", subject=card.payment_method_id, result={}
+        )
 
     results = run_together(
         2,

@@ -3,6 +3,7 @@
 SECRET_KEY is set by each environment module: only local and test have an insecure default.
 """
 
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -455,6 +456,44 @@ for _sink in TOOLGATE_AUDIT_SEAL_SINKS:
         raise ImproperlyConfigured(
             f"TOOLGATE_AUDIT_SEAL_SINKS: {_sink!r} is not log, file:<path> or an http(s) URL"
         )
+
+# The audit chains' keys (docs/audit.md): each link carries an HMAC of its hash made with the
+# first key; any of them verifies, so that a key rotated out still vouches for what it signed.
+# Never stored in the database: TOOLGATE_AUDIT_KEYS ("id:secret,id:secret", newest first) or a
+# file TOOLGATE_AUDIT_KEYS_FILE names (one id:secret a line, newest first). Production refuses to
+# start without one (toolgate/settings/production.py); a DEBUG site without one uses
+# DEVELOPMENT_AUDIT_KEY, which everyone can read here.
+AUDIT_KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
+AUDIT_KEY_MIN_LENGTH = 32
+DEVELOPMENT_AUDIT_KEY = "dev:development-audit-key-known-to-everyone-never-in-production"
+
+
+def audit_keys(entries: list[str]) -> list[str]:
+    """The keys as `id:secret` entries, checked: each id once, each secret long enough."""
+    seen: set[str] = set()
+    for entry in entries:
+        key_id, _, secret = entry.partition(":")
+        if not AUDIT_KEY_ID.fullmatch(key_id) or len(secret) < AUDIT_KEY_MIN_LENGTH:
+            raise ImproperlyConfigured(
+                f"audit key {key_id!r}: give it as id:secret, the id letters, digits, - or _ (at "
+                f"most 32), the secret at least {AUDIT_KEY_MIN_LENGTH} characters"
+            )
+        if key_id in seen:
+            raise ImproperlyConfigured(f"audit key {key_id!r} is given twice")
+        seen.add(key_id)
+    return entries
+
+
+TOOLGATE_AUDIT_KEYS_FILE = env("TOOLGATE_AUDIT_KEYS_FILE", default="")
+if TOOLGATE_AUDIT_KEYS_FILE:
+    try:
+        with open(TOOLGATE_AUDIT_KEYS_FILE, encoding="utf-8") as _keys:
+            _entries = [line.strip() for line in _keys if line.strip()]
+    except OSError as _error:
+        raise ImproperlyConfigured(f"TOOLGATE_AUDIT_KEYS_FILE: {_error}") from _error
+else:
+    _entries = env.list("TOOLGATE_AUDIT_KEYS", default=[])
+TOOLGATE_AUDIT_KEYS: list[str] = audit_keys(_entries)
 
 # The refund gateway's fault switch (orders.models.GatewayFault): read only where failures are
 # demonstrated on purpose; production turns it off.

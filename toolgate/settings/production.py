@@ -8,6 +8,7 @@ from toolgate.settings.base import (
     CACHES,
     DATABASES,
     STORAGES,
+    TOOLGATE_AUDIT_KEYS,
     TOOLGATE_OIDC_SERVER_URL,
     env,
 )
@@ -31,6 +32,14 @@ if CACHES["default"]["BACKEND"] != "django_redis.cache.RedisCache":
     raise ImproperlyConfigured(
         "CACHE_URL must name Redis in production (such as redis://127.0.0.1:6379/1): the agent "
         "throttle counts there for every web process."
+    )
+
+# Every process that writes the audit signs its chains' links; without the key a row appended
+# through the database alone could not be told from the product's.
+if not TOOLGATE_AUDIT_KEYS:
+    raise ImproperlyConfigured(
+        "TOOLGATE_AUDIT_KEYS (id:secret, newest first) or TOOLGATE_AUDIT_KEYS_FILE must give the "
+        "audit chains' key in production (docs/audit.md)."
     )
 
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)

@@ -1,5 +1,5 @@
 from toolgate.settings.base import *  # noqa: F403
-from toolgate.settings.base import env
+from toolgate.settings.base import DEVELOPMENT_AUDIT_KEY, TOOLGATE_AUDIT_KEYS, env
 
 DEBUG = False
 SECRET_KEY = env("SECRET_KEY", default="django-insecure-test-only-never-in-production")
@@ -18,3 +18,6 @@ CELERY_TASK_EAGER_PROPAGATES = True
 
 # seed_demo's 30 days of traffic take seconds; the tests that want it ask for it.
 TOOLGATE_DEMO_HISTORY_SESSIONS = 0
+
+# The audit chains' development key, unless the environment gives one.
+TOOLGATE_AUDIT_KEYS = TOOLGATE_AUDIT_KEYS or [DEVELOPMENT_AUDIT_KEY]

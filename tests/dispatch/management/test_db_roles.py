@@ -23,6 +23,8 @@ def test_the_append_only_tables_are_the_records_the_ledger_the_logs_votes_and_po
         "dispatch_policy",
         "dispatch_securityevent",
         "orders_refund",
+        "retail_operation",
+        "retail_payment",
     ]
 
 
