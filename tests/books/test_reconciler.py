@@ -17,7 +17,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 from django.urls import reverse
 
@@ -28,7 +28,7 @@ from books.reconciler import books_check
 from dispatch.models import Agent, Confirmation, ConfirmationStatus, SecurityEvent
 from dispatch.services import call_dispatch
 from orders.models import Order
-from retail.models import Payment, RetailOrder, RetailUser
+from retail.models import Operation, Payment, RetailOrder, RetailUser
 from tests.conftest import MakeAgent
 from tests.factories import OrderFactory
 from toolgate.celery import app as celery_app
@@ -99,14 +99,19 @@ def world(make_agent: MakeAgent, django_capture_on_commit_callbacks: Any) -> Wor
         order_id="#W1", user=user, user_position=0, address1="1 Rua", city="Rio", state="RJ",
         country="BR", zip="20000", status="delivered",
     )  # fmt: skip
-    Payment.objects.create(
-        order=retail_order, position=0, transaction_type="payment", amount_cents=5_000,
-        payment_method_id="gift_card_1",
-    )  # fmt: skip
-    Payment.objects.create(
-        order=retail_order, position=1, transaction_type="refund", amount_cents=2_000,
-        payment_method_id="gift_card_1",
-    )  # fmt: skip
+    # Payments are written with the operation that records them, as the database asks.
+    with transaction.atomic():
+        Payment.objects.create(
+            order=retail_order, position=0, transaction_type="payment", amount_cents=5_000,
+            payment_method_id="gift_card_1",
+        )  # fmt: skip
+        Payment.objects.create(
+            order=retail_order, position=1, transaction_type="refund", amount_cents=2_000,
+            payment_method_id="gift_card_1",
+        )  # fmt: skip
+        Operation.objects.create(
+            idempotency_key="books-test-payments", tool="test", subject="#W1", result={}
+        )
     executed.refresh_from_db()
     assert executed.status == ConfirmationStatus.EXECUTED
     return World(
@@ -222,8 +227,8 @@ def _changes(world: World) -> dict[str, tuple[str, list[Any]]]:
         "approver_limit": (
             """
             INSERT INTO approvals_confirmationevent (confirmation_id, at, kind, actor_label,
-                message, data, chain_hash)
-            VALUES (%s, now(), 'approved', 'rita', '', '{"sum_cents": 90000}', '')
+                message, data, chain_hash, chain_mac)
+            VALUES (%s, now(), 'approved', 'rita', '', '{"sum_cents": 90000}', '', '')
             """,
             [world.executed.pk],
         ),

@@ -96,6 +96,7 @@ def production_env(server_database: str, redis_url: str) -> dict[str, str]:
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "toolgate.settings.production",
         "SECRET_KEY": secrets.token_urlsafe(50),
+        "TOOLGATE_AUDIT_KEYS": f"1:{secrets.token_hex(32)}",
         "ALLOWED_HOSTS": "127.0.0.1",
         "SECURE_SSL_REDIRECT": "False",
         "DATABASE_URL": server_database,

@@ -67,6 +67,7 @@ def test_in_production_passwords_are_off_when_single_sign_on_is_on(sso: str, exp
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "toolgate.settings.production",
         "SECRET_KEY": secrets.token_urlsafe(50),
+        "TOOLGATE_AUDIT_KEYS": f"1:{secrets.token_hex(32)}",
         "CACHE_URL": "redis://127.0.0.1:6379/1",
         "TOOLGATE_OIDC_SERVER_URL": sso,
     }

@@ -18,6 +18,7 @@ def test_production_settings_pass_the_deploy_check() -> None:
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "toolgate.settings.production",
         "SECRET_KEY": secrets.token_urlsafe(50),
+        "TOOLGATE_AUDIT_KEYS": f"1:{secrets.token_hex(32)}",
         # Named, not reached: the check connects to no cache.
         "CACHE_URL": "redis://127.0.0.1:6379/1",
     }
@@ -36,6 +37,7 @@ def test_production_settings_pass_the_deploy_check() -> None:
 def test_production_settings_refuse_to_start_without_a_secret_key() -> None:
     env = {k: v for k, v in os.environ.items() if k != "SECRET_KEY"}
     env["DJANGO_SETTINGS_MODULE"] = "toolgate.settings.production"
+    env["TOOLGATE_AUDIT_KEYS"] = f"1:{secrets.token_hex(32)}"
     completed = subprocess.run(
         [sys.executable, "manage.py", "check"],
         cwd=ROOT,
@@ -53,6 +55,7 @@ def test_production_settings_refuse_to_start_without_a_secret_key() -> None:
 def test_production_settings_refuse_to_start_without_a_shared_cache(cache_url: str | None) -> None:
     env = {k: v for k, v in os.environ.items() if k != "CACHE_URL"}
     env["DJANGO_SETTINGS_MODULE"] = "toolgate.settings.production"
+    env["TOOLGATE_AUDIT_KEYS"] = f"1:{secrets.token_hex(32)}"
     env["SECRET_KEY"] = secrets.token_urlsafe(50)
     if cache_url is not None:
         env["CACHE_URL"] = cache_url
