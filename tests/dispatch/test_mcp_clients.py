@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from django.contrib.auth.models import User
 from fastmcp import Client
 from mcp import MCPError
 
+from approvals.services import confirmation_approve
 from dispatch import mcp
 from dispatch.models import CallChannel, SecurityEvent
 from tests.conftest import Ledger, MakeAgent, require_service
@@ -35,8 +37,9 @@ from tests.dispatch.test_mcp import (
     mcp_url,
     server_database_url,
 )
+from tests.dispatch.test_status_polls import reviewer
 
-__all__ = ["mcp_url"]
+__all__ = ["mcp_url", "reviewer"]
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
@@ -248,12 +251,12 @@ def inspect(
     return answer
 
 
-def refund_args(arguments: dict[str, Any]) -> list[str]:
+def refund_args(arguments: dict[str, Any], tool: str = "refund_order") -> list[str]:
     return [
         "--method",
         "tools/call",
         "--tool-name",
-        "refund_order",
+        tool,
         "--tool-args-json",
         json.dumps(arguments),
         "--format",
@@ -304,6 +307,30 @@ def test_the_inspectors_retry_in_a_new_process_of_the_same_conversation_is_repla
     assert retry["result"]["structuredContent"]["replayed"] is True
     assert [r.session_id for r in audit(agent_of(token))] == ["conv-inspected"] * 2
     assert ledger.state() == (1, 1000)
+
+
+def test_the_inspector_shows_the_held_text_and_then_the_outcome_once_approved(
+    mcp_url: str, inspector: Path, tmp_path: Path, token: str, reviewer: User, ledger: Ledger
+) -> None:
+    configuration = claude_code(mcp_url, token)
+
+    held = inspect(inspector, tmp_path, configuration, *refund_args(HELD))["result"]
+    # What a person (or a model) reading the answer is told: the id to ask about.
+    found = re.search(r"as confirmation (\w+) until", held["content"][0]["text"])
+    assert found is not None
+    confirmation_id = found.group(1)
+    confirmation_approve(confirmation_id=confirmation_id, reviewer=reviewer)
+    status = {"confirmation_id": confirmation_id}
+    outcome = inspect(
+        inspector, tmp_path, configuration, *refund_args(status, "get_confirmation_status")
+    )["result"]
+
+    assert held.get("isError", False) is False
+    assert held["structuredContent"]["code"] == "CONFIRMATION_REQUIRED"
+    assert outcome.get("isError", False) is False
+    data = outcome["structuredContent"]["data"]
+    assert (data["status"], data["final"], data["result"]["code"]) == ("executed", True, "OK")
+    assert ledger.state() == (1, 9000)
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
