@@ -186,6 +186,16 @@ def test_fastmcp_reads_a_refusals_code(mcp_url: str, token: str, ledger: Ledger)
     assert ledger.state() == (0, 0)
 
 
+def test_fastmcp_lists_the_agents_tools_with_their_schemas(mcp_url: str, token: str) -> None:
+    async def listed(client: FastMCPClient) -> Any:
+        return await client.list_tools()
+
+    tools = with_fastmcp(claude_code(mcp_url, token), listed)
+
+    assert [tool.name for tool in tools] == TOOLS
+    assert all(tool.output_schema == mcp.result_schema() for tool in tools)
+
+
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 def test_fastmcp_shows_a_wrong_tokens_reason(
     request: pytest.FixtureRequest, token: str, transport: str
@@ -292,6 +302,21 @@ def test_the_inspector_lists_and_calls_the_tools_with_the_documented_configurati
     assert_the_contract(contract)
     assert (contract["code"], contract["replayed"]) == ("OK", False)
     assert ledger.state() == (1, 1000)
+
+
+def test_the_inspector_shows_a_refusal_as_a_result_with_its_code(
+    mcp_url: str, inspector: Path, tmp_path: Path, token: str, ledger: Ledger
+) -> None:
+    configuration = claude_code(mcp_url, token)
+    floated = {**REFUND, "amount_cents": 25.9}
+
+    refused = inspect(inspector, tmp_path, configuration, *refund_args(floated))["result"]
+
+    assert refused["isError"] is True
+    assert_the_contract(refused["structuredContent"])
+    assert refused["structuredContent"]["code"] == "INVALID_ARGUMENTS"
+    assert "2590 for 25.90" in refused["content"][0]["text"]
+    assert ledger.state() == (0, 0)
 
 
 def test_the_inspectors_retry_in_a_new_process_of_the_same_conversation_is_replayed(
