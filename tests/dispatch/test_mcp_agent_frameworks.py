@@ -10,6 +10,9 @@ names its conversation so that a retry is replayed in it.
 - LangChain (langchain.mcp): an isError result is a ToolMessage with status "error" by default,
   the conversation in X-Toolgate-Session on the adapter's client.
 
+A refund held for a human reaches the model as the held text, its confirmation_id in it; once a
+reviewer approved, the model's get_confirmation_status with that id answers the executed result.
+
 The model is scripted (each framework's own stand-in, or a Model of the SDK's interface): it asks
 for the calls a model would, and the tests read what it was handed back.
 """
@@ -18,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +33,7 @@ from agents import Runner, Usage
 from agents.items import ToolCallOutputItem
 from agents.mcp import MCPServerStreamableHttp, MCPToolMetaContext
 from agents.models.interface import Model
+from django.contrib.auth.models import User
 from fastmcp import Client as FastMCPClient
 from fastmcp.client.transports import StreamableHttpTransport
 from langchain.mcp import MCPAdapter
@@ -48,16 +53,45 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from approvals.services import confirmation_approve
 from dispatch import mcp
 from tests.conftest import Ledger, MakeAgent
 from tests.dispatch.test_mcp import REFUND, TOOLS, agent_of, audit, mcp_url
+from tests.dispatch.test_status_polls import reviewer
 
-__all__ = ["mcp_url"]
+__all__ = ["mcp_url", "reviewer"]
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
 # A float where minor units are asked for: refused with INVALID_ARGUMENTS and its hint.
 FLOAT_REFUND = {**REFUND, "amount_cents": 25.9}
+# Above the line: held for a human.
+HELD = {**REFUND, "amount_cents": 9000}
+STATUS = "get_confirmation_status"
+
+# A model's step: a tool and its arguments (or how it reads them from what it was given), or
+# None to answer the user and end the turn.
+Step = tuple[str, dict[str, Any] | Callable[[str], dict[str, Any]]] | None
+
+
+def held_confirmation(given: str) -> str:
+    """The confirmation_id in the held text a model was handed (the last, if several)."""
+    found = re.findall(r"held for human approval as confirmation (\w+) until", given)
+    assert found, given
+    return str(found[-1])
+
+
+def status_of_the_held_call(given: str) -> dict[str, Any]:
+    return {"confirmation_id": held_confirmation(given)}
+
+
+def assert_executed(data: dict[str, Any], confirmation_id: str) -> None:
+    assert (data["confirmation_id"], data["status"], data["final"]) == (
+        confirmation_id,
+        "executed",
+        True,
+    )
+    assert (data["result"]["ok"], data["result"]["code"]) == (True, "OK")
 
 
 def headers(token: str, **extra: str) -> dict[str, str]:
@@ -80,15 +114,19 @@ async def name_the_conversation(
     return await call_tool(name, args, metadata={mcp.CONVERSATION_META: ctx.deps.id})
 
 
-def scripted(*calls: tuple[str, dict[str, Any]]) -> FunctionModel:
-    """A model that asks for each call in turn, then ends."""
+def scripted(*calls: Step) -> FunctionModel:
+    """A model that takes each step in turn, then ends."""
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         asked = sum(isinstance(m, ModelResponse) for m in messages)
-        if asked < len(calls):
-            name, arguments = calls[asked]
-            return ModelResponse(parts=[ToolCallPart(name, arguments)])
-        return ModelResponse(parts=[TextPart("Told the user.")])
+        step = calls[asked] if asked < len(calls) else None
+        if step is None:
+            return ModelResponse(parts=[TextPart("Told the user.")])
+        name, arguments = step
+        if callable(arguments):
+            given = [part.model_response_str() for part in handed_back(messages)]
+            arguments = arguments("\n".join(given))
+        return ModelResponse(parts=[ToolCallPart(name, arguments)])
 
     return FunctionModel(respond)
 
@@ -150,20 +188,52 @@ def test_pydantic_ai_by_default_turns_a_refusal_into_a_retry_prompt(
     assert ledger.state() == (0, 0)
 
 
+def test_pydantic_ai_hands_the_held_text_to_the_model_which_asks_for_the_outcome(
+    mcp_url: str, make_agent: MakeAgent, reviewer: User, ledger: Ledger
+) -> None:
+    token = make_agent(allowed_tools=TOOLS)[1]
+    toolset = MCPToolset(
+        FastMCPClient(StreamableHttpTransport(mcp_url, headers=headers(token))),
+        process_tool_call=name_the_conversation,
+        tool_error_behavior="failed",
+    )
+    model = scripted(("refund_order", HELD), None, (STATUS, status_of_the_held_call))
+    agent = Agent(model, deps_type=Conversation, toolsets=[toolset])
+    conversation = Conversation("conv-pydantic-ai-held")
+
+    first = agent.run_sync("Refund ORD-1001.", deps=conversation)
+    [held] = handed_back(first.all_messages())
+    confirmation_id = held_confirmation(held.model_response_str())
+    confirmation_approve(confirmation_id=confirmation_id, reviewer=reviewer)
+    later = agent.run_sync(
+        "Is my refund done?", deps=conversation, message_history=first.all_messages()
+    )
+
+    assert held.outcome == "success" and held.content["code"] == "CONFIRMATION_REQUIRED"
+    outcome = handed_back(later.new_messages())[0]
+    assert outcome.tool_name == STATUS and outcome.outcome == "success"
+    assert_executed(outcome.content["data"], confirmation_id)
+    assert ledger.state() == (1, 9000)
+
+
 # The OpenAI Agents SDK --------------------------------------------------------------------------
 
 
 class ScriptedModel(Model):
     """A model of the SDK's interface that asks for each call in turn, then ends."""
 
-    def __init__(self, *calls: tuple[str, dict[str, Any]]) -> None:
+    def __init__(self, *calls: Step) -> None:
         self.calls = list(calls)
         self.turn = 0
 
     async def get_response(self, *args: Any, **kwargs: Any) -> OpenAIResponse:
         self.turn += 1
-        if self.turn <= len(self.calls):
-            name, arguments = self.calls[self.turn - 1]
+        step = self.calls[self.turn - 1] if self.turn <= len(self.calls) else None
+        if step is not None:
+            name, arguments = step
+            if callable(arguments):
+                # What the model was given: the conversation so far, tool outputs included.
+                arguments = arguments(json.dumps(kwargs.get("input", args[1:2])))
             item: Any = ResponseFunctionToolCall(
                 type="function_call",
                 call_id=f"call-{self.turn}",
@@ -233,6 +303,44 @@ def test_the_openai_agents_sdk_hands_a_refusal_to_the_model_as_the_tools_output(
     assert ledger.state() == (1, 1000)
 
 
+def test_the_openai_agents_sdk_hands_the_held_text_to_the_model_which_asks_for_the_outcome(
+    mcp_url: str, make_agent: MakeAgent, reviewer: User, ledger: Ledger
+) -> None:
+    token = make_agent(allowed_tools=TOOLS)[1]
+    model = ScriptedModel(("refund_order", HELD), None, (STATUS, status_of_the_held_call))
+    conversation = Conversation("conv-agents-sdk-held")
+
+    async def run(input: Any) -> Any:
+        async with MCPServerStreamableHttp(
+            {"url": mcp_url, "headers": headers(token)},
+            name="toolgate",
+            tool_meta_resolver=conversation_meta,
+        ) as server:
+            agent = OpenAIAgent[Conversation](name="support", model=model, mcp_servers=[server])
+            return await Runner.run(agent, input, context=conversation)
+
+    def outputs(result: Any) -> list[str]:
+        return [
+            output_text(item.output)
+            for item in result.new_items
+            if isinstance(item, ToolCallOutputItem)
+        ]
+
+    first = asyncio.run(run("Refund ORD-1001."))
+    [held] = outputs(first)
+    confirmation_id = held_confirmation(held)
+    confirmation_approve(confirmation_id=confirmation_id, reviewer=reviewer)
+    later = asyncio.run(
+        run([*first.to_input_list(), {"role": "user", "content": "Is my refund done?"}])
+    )
+
+    assert held.startswith("PENDING refund_order")
+    [outcome] = outputs(later)
+    assert outcome.startswith(f"OK {STATUS}")
+    assert_executed(json.loads(outcome.split(": ", 1)[1]), confirmation_id)
+    assert ledger.state() == (1, 9000)
+
+
 # LangChain -------------------------------------------------------------------------------------
 
 
@@ -266,3 +374,31 @@ def test_langchain_hands_a_refusal_to_the_model_as_an_error_tool_message(
     assert retry.artifact["structured_content"]["replayed"] is True
     assert {r.session_id for r in audit(agent_of(token))} == {"conv-langchain"}
     assert ledger.state() == (1, 1000)
+
+
+def test_langchain_hands_the_held_text_to_the_model_and_the_outcome_once_approved(
+    mcp_url: str, make_agent: MakeAgent, reviewer: User, ledger: Ledger
+) -> None:
+    token = make_agent(allowed_tools=TOOLS)[1]
+    client = FastMCPClient(
+        StreamableHttpTransport(
+            mcp_url, headers=headers(token, **{mcp.SESSION_HEADER: "conv-langchain-held"})
+        )
+    )
+
+    async def invoke(name: str, arguments: dict[str, Any]) -> ToolMessage:
+        tools = {tool.name: tool for tool in await MCPAdapter(client).list_tools()}
+        call = {"type": "tool_call", "name": name, "args": arguments, "id": name}
+        message: ToolMessage = await tools[name].ainvoke(call)
+        return message
+
+    held = asyncio.run(invoke("refund_order", HELD))
+    confirmation_id = held_confirmation(held.content[0]["text"])  # type: ignore[index]
+    confirmation_approve(confirmation_id=confirmation_id, reviewer=reviewer)
+    outcome = asyncio.run(invoke(STATUS, {"confirmation_id": confirmation_id}))
+
+    assert held.status == "success"
+    assert held.artifact["structured_content"]["code"] == "CONFIRMATION_REQUIRED"
+    assert outcome.status == "success"
+    assert_executed(outcome.artifact["structured_content"]["data"], confirmation_id)
+    assert ledger.state() == (1, 9000)

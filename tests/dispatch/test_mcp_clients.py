@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from django.contrib.auth.models import User
 from fastmcp import Client
 from mcp import MCPError
 
+from approvals.services import confirmation_approve
 from dispatch import mcp
 from dispatch.models import CallChannel, SecurityEvent
 from tests.conftest import Ledger, MakeAgent, require_service
@@ -35,8 +37,9 @@ from tests.dispatch.test_mcp import (
     mcp_url,
     server_database_url,
 )
+from tests.dispatch.test_status_polls import reviewer
 
-__all__ = ["mcp_url"]
+__all__ = ["mcp_url", "reviewer"]
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
@@ -183,6 +186,16 @@ def test_fastmcp_reads_a_refusals_code(mcp_url: str, token: str, ledger: Ledger)
     assert ledger.state() == (0, 0)
 
 
+def test_fastmcp_lists_the_agents_tools_with_their_schemas(mcp_url: str, token: str) -> None:
+    async def listed(client: FastMCPClient) -> Any:
+        return await client.list_tools()
+
+    tools = with_fastmcp(claude_code(mcp_url, token), listed)
+
+    assert [tool.name for tool in tools] == TOOLS
+    assert all(tool.output_schema == mcp.result_schema() for tool in tools)
+
+
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 def test_fastmcp_shows_a_wrong_tokens_reason(
     request: pytest.FixtureRequest, token: str, transport: str
@@ -248,12 +261,12 @@ def inspect(
     return answer
 
 
-def refund_args(arguments: dict[str, Any]) -> list[str]:
+def refund_args(arguments: dict[str, Any], tool: str = "refund_order") -> list[str]:
     return [
         "--method",
         "tools/call",
         "--tool-name",
-        "refund_order",
+        tool,
         "--tool-args-json",
         json.dumps(arguments),
         "--format",
@@ -291,6 +304,21 @@ def test_the_inspector_lists_and_calls_the_tools_with_the_documented_configurati
     assert ledger.state() == (1, 1000)
 
 
+def test_the_inspector_shows_a_refusal_as_a_result_with_its_code(
+    mcp_url: str, inspector: Path, tmp_path: Path, token: str, ledger: Ledger
+) -> None:
+    configuration = claude_code(mcp_url, token)
+    floated = {**REFUND, "amount_cents": 25.9}
+
+    refused = inspect(inspector, tmp_path, configuration, *refund_args(floated))["result"]
+
+    assert refused["isError"] is True
+    assert_the_contract(refused["structuredContent"])
+    assert refused["structuredContent"]["code"] == "INVALID_ARGUMENTS"
+    assert "2590 for 25.90" in refused["content"][0]["text"]
+    assert ledger.state() == (0, 0)
+
+
 def test_the_inspectors_retry_in_a_new_process_of_the_same_conversation_is_replayed(
     inspector: Path, tmp_path: Path, token: str, ledger: Ledger
 ) -> None:
@@ -304,6 +332,30 @@ def test_the_inspectors_retry_in_a_new_process_of_the_same_conversation_is_repla
     assert retry["result"]["structuredContent"]["replayed"] is True
     assert [r.session_id for r in audit(agent_of(token))] == ["conv-inspected"] * 2
     assert ledger.state() == (1, 1000)
+
+
+def test_the_inspector_shows_the_held_text_and_then_the_outcome_once_approved(
+    mcp_url: str, inspector: Path, tmp_path: Path, token: str, reviewer: User, ledger: Ledger
+) -> None:
+    configuration = claude_code(mcp_url, token)
+
+    held = inspect(inspector, tmp_path, configuration, *refund_args(HELD))["result"]
+    # What a person (or a model) reading the answer is told: the id to ask about.
+    found = re.search(r"as confirmation (\w+) until", held["content"][0]["text"])
+    assert found is not None
+    confirmation_id = found.group(1)
+    confirmation_approve(confirmation_id=confirmation_id, reviewer=reviewer)
+    status = {"confirmation_id": confirmation_id}
+    outcome = inspect(
+        inspector, tmp_path, configuration, *refund_args(status, "get_confirmation_status")
+    )["result"]
+
+    assert held.get("isError", False) is False
+    assert held["structuredContent"]["code"] == "CONFIRMATION_REQUIRED"
+    assert outcome.get("isError", False) is False
+    data = outcome["structuredContent"]["data"]
+    assert (data["status"], data["final"], data["result"]["code"]) == ("executed", True, "OK")
+    assert ledger.state() == (1, 9000)
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
