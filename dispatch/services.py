@@ -17,7 +17,6 @@ from dispatch.models import Agent, CallChannel, Policy
 from dispatch.pipeline.engine import Limits, Pipeline, PreparedCall
 from dispatch.pipeline.policy import CurrencyLimits, HumanRule
 from dispatch.pipeline.results import CallResult
-from dispatch.pipeline.state import StoreUnavailable
 from dispatch.pipeline.tools import ToolCall
 from dispatch.registry import tool_registry
 from dispatch.store import OrmState
@@ -282,18 +281,9 @@ def _remote_write(
                 on_result(opened)
             return opened
     execution = pipeline.effect_make(opened)
-    for attempt in (1, 2):
-        try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                state = OrmState(cursor, tool_registry, channel=channel)
-                result = pipeline.effect_end(opened, execution, state)
-                if on_result is not None:
-                    on_result(result)
-                return result
-        except StoreUnavailable:
-            if attempt == 2 or connection.is_usable():
-                raise
-            # The connection was lost while the upstream was called: nothing of this
-            # transaction committed, so the outcome is settled once more on a new one.
-            connection.close()
-    raise AssertionError("unreachable")
+    with transaction.atomic(), connection.cursor() as cursor:
+        state = OrmState(cursor, tool_registry, channel=channel)
+        result = pipeline.effect_end(opened, execution, state)
+        if on_result is not None:
+            on_result(result)
+        return result

@@ -167,11 +167,6 @@ def test_the_key_and_the_money_commit_before_the_upstream_is_called(
 def test_a_refusal_after_the_gate_said_yes_releases_the_money_and_is_escaped(
     payments: PaymentsServer, agent: Agent
 ) -> None:
-    if payments.honours_idempotency_key and connection.vendor == "postgresql":
-        # Known: in the whole suite on PostgreSQL this variant's connection is closed on the
-        # client's side before the outcome settles (alone it passes); the variant that ignores
-        # the key makes the same assertions on PostgreSQL.
-        pytest.skip("loses its database connection in the whole suite on PostgreSQL")
     payments.arm(markup=1)
 
     refused = refund(agent)
