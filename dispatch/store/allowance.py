@@ -316,9 +316,24 @@ def allowance_release(key: str, *, cursor: CursorWrapper) -> None:
     if connection.vendor != "postgresql":
         cursor.execute(_RELEASE, params)
         return
-    with _reservation_connection() as side, side.pipeline():
-        side.execute(_RELEASE, params)
-        side.commit()
+    try:
+        _release_on_its_own(params)
+    except _StaleConnection:
+        # Closed by the server while it waited in the pool (a restart, a terminated backend):
+        # the release sets what is not set yet, so it is made again on a new connection.
+        _release_on_its_own(params)
+
+
+def _release_on_its_own(params: dict[str, Any]) -> None:
+    with _reservation_connection() as side:
+        try:
+            with side.pipeline():
+                side.execute(_RELEASE, params)
+                side.commit()
+        except psycopg.OperationalError as error:
+            if side.broken:
+                raise _StaleConnection(str(error)) from error
+            raise
 
 
 @cache

@@ -9,8 +9,11 @@ import time
 import psycopg
 import pytest
 from django.db import connection
+from django.utils import timezone
 
+from dispatch.models import Movement, MovementApproval
 from dispatch.services import call_dispatch
+from dispatch.store.allowance import allowance_release
 from orders.models import Order
 from tests.conftest import MakeAgent
 
@@ -60,3 +63,39 @@ def test_a_refund_after_the_server_dropped_the_reservations_connections_executes
     assert refund("s-2", 700) == "OK"
     orders["ORD-1001"].refresh_from_db()
     assert orders["ORD-1001"].refunded_cents == 1_200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_release_after_the_server_dropped_the_reservations_connections_releases(
+    make_agent: MakeAgent, orders: dict[str, Order]
+) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the reservations have connections of their own only on PostgreSQL")
+    now = timezone.now()
+    movement = Movement.objects.create(
+        key="k-release",
+        agent_id=1,
+        session_id="s-1",
+        customer_id="CUS-1",
+        currency="BRL",
+        tool="refund_order",
+        subject="ORD-1001",
+        amount_cents=500,
+        approval=MovementApproval.POLICY,
+        at=now,
+        day=now.date(),
+    )
+    # A first release opens a reservations' connection, which then waits in its pool.
+    allowance_release("k-none", cursor=connection.cursor())
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as admin:
+        ours = connection.connection.info.backend_pid
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid NOT IN (pg_backend_pid(), %s)",
+            [ours],
+        )
+
+    allowance_release("k-release", cursor=connection.cursor())
+
+    movement.refresh_from_db()
+    assert movement.released_at is not None
