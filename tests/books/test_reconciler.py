@@ -317,3 +317,16 @@ def test_administrators_see_the_breaches_and_others_do_not(checked: World) -> No
     assert page.status_code == 200
     html = page.content.decode()
     assert "order ORD-1001" in html and reverse("records:order", args=["ORD-1001"]) in html
+
+
+@pytest.mark.django_db
+def test_the_page_says_when_this_database_is_not_one_the_books_are_checked_on() -> None:
+    admin = User.objects.create_user("ada", password="pw", is_staff=True)
+    client = Client()
+    client.force_login(admin)
+
+    html = client.get(reverse("books:breaches")).content.decode()
+
+    checked_here = connection.vendor == "postgresql"
+    assert ("not checked on this database" in html) is not checked_here
+    assert ("Not checked yet." in html) is checked_here
