@@ -251,7 +251,8 @@ class ScriptedModel(Model):
         return OpenAIResponse(output=[item], usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        raise NotImplementedError
+        # The SDK's Model declares it; Runner.run never streams, so any use is the test's fault.
+        raise AssertionError("the agent was run streamed; these tests run it with Runner.run")
 
 
 def output_text(output: Any) -> str:
