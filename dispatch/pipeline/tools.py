@@ -414,6 +414,20 @@ class ToolRegistry:
         """The tool that declares it replaces this one, if any."""
         return next((spec.name for spec in self._tools.values() if spec.replaces == name), None)
 
+    def version_lines(self) -> list[tuple[ToolSpec[Any], ...]]:
+        """Each line of versions (a tool, the one that replaces it, ...), oldest first: only the
+        tools that replace or are replaced, by the name of the line's first."""
+        newer = {spec.replaces: spec for spec in self._tools.values() if spec.replaces}
+        lines = []
+        for first in sorted(newer.keys() - {spec.name for spec in newer.values()}):
+            line = [self._tools[first]] if first in self._tools else []
+            current = newer.get(first)
+            while current is not None and len(line) <= len(self._tools):
+                line.append(current)
+                current = newer.get(current.name)
+            lines.append(tuple(line))
+        return lines
+
     def listed(self) -> Iterator[ToolSpec[Any]]:
         """The tools agents are offered: every one that is not retired."""
         return (spec for spec in self._tools.values() if not spec.retired)

@@ -231,3 +231,18 @@ def test_a_retired_declaration_is_refused_the_same_way(harness: Harness) -> None
 
     assert result.code == "TOOL_RETIRED"
     assert registry.successor_of("refund_order") == "refund_order_v2"
+
+
+def test_the_lines_of_versions_are_listed_oldest_first() -> None:
+    registry = registry_of(
+        tool("b_v2", replaces="b"),
+        tool("a_v2", replaces="a"),
+        tool("a"),
+        tool("b"),
+        tool("c"),
+        tool("a_v3", replaces="a_v2"),
+    )
+
+    lines = [[spec.name for spec in line] for line in registry.version_lines()]
+
+    assert lines == [["a", "a_v2", "a_v3"], ["b", "b_v2"]]
