@@ -5,31 +5,25 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from dispatch.models import Agent
-from dispatch.registry import tool_registry
 from dispatch.services import call_dispatch
+from tests.analytics import test_apis
 from tests.conftest import MakeAgent
+from tests.dispatch.apis import test_versions
+
+# test_apis' signed-in manager; the API tests' refund_order retired for one test.
+manager = test_apis.manager
+retired_v1 = test_versions.retired_v1
 
 pytestmark = pytest.mark.usefixtures("orders")
 
 V1 = {"order_id": "ORD-1001", "currency": "BRL", "reason": "damaged"}
 V2 = {"order_id": "ORD-1001", "currency": "BRL", "reason_code": "returned"}
-
-
-@pytest.fixture
-def manager(db: None) -> Client:
-    user = User.objects.create_user("maria", password="pw")
-    user.groups.add(Group.objects.get_or_create(name="managers")[0])
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
@@ -65,15 +59,6 @@ def traffic(agent: Agent) -> Agent:
     assert call(agent, "refund_order_v2", {**V2, "amount_cents": 700}, session="s-3") == "OK"
     assert call(agent, "refund_order_v2", {**V2, "amount_cents": 6000}) == "CONFIRMATION_REQUIRED"
     return agent
-
-
-@pytest.fixture
-def retired_v1() -> Iterator[None]:
-    tool_registry.set_retired("refund_order")
-    try:
-        yield
-    finally:
-        tool_registry.set_retired("refund_order", retired=False)
 
 
 def test_the_metrics_count_each_version_apart_and_say_where_it_stands(
