@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from dispatch.pipeline import ToolRegistry, ToolSpec
 from dispatch.pipeline.engine import Refusal, recheck
 from dispatch.pipeline.tools import ExecutionContext, VersionError, check_versions
+from dispatch.pipeline.what_if import AUTO_EXECUTED, ONE_REVIEWER, PastCall, what_if_of
 from tests.dispatch.pipeline.conftest import Harness, default_policy
 
 BOTH = frozenset({"get_order", "refund_order", "refund_order_v2"})
@@ -246,3 +248,41 @@ def test_the_lines_of_versions_are_listed_oldest_first() -> None:
     lines = [[spec.name for spec in line] for line in registry.version_lines()]
 
     assert lines == [["a", "a_v2", "a_v3"], ["b", "b_v2"]]
+
+
+# The what-if, each version apart -------------------------------------------------------------
+
+
+def test_the_what_if_counts_each_version_apart_on_the_customers_one_sum() -> None:
+    start = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+    def past(minute: int, tool: str, amount: int, outcome: str) -> PastCall:
+        at = start + timedelta(minutes=minute)
+        return PastCall(
+            at,
+            "agent-1",
+            "s-1",
+            "CUS-1",
+            tool,
+            f"ORD-{minute}",
+            "BRL",
+            amount,
+            outcome,
+            call_id=f"call-{minute}",
+        )
+
+    calls = [
+        past(0, "refund_order", 3_000, AUTO_EXECUTED),
+        past(1, "refund_order_v2", 1_500, AUTO_EXECUTED),
+        past(2, "refund_order_v2", 6_000, ONE_REVIEWER),
+    ]
+
+    result = what_if_of(default_policy(allowed_tools=BOTH, auto_approve_below_cents=4_000), calls)
+
+    v1, v2 = result.by_tool["refund_order"], result.by_tool["refund_order_v2"]
+    assert (v1.actual[AUTO_EXECUTED].calls, v1.draft[AUTO_EXECUTED].calls) == (1, 1)
+    # v2's 1500 comes after v1's 3000 for the same customer: 4500, not below 4000.
+    assert (v2.actual[AUTO_EXECUTED].calls, v2.draft[AUTO_EXECUTED].calls) == (1, 0)
+    assert (v2.actual[ONE_REVIEWER].calls, v2.draft[ONE_REVIEWER].calls) == (1, 2)
+    assert v2.draft[ONE_REVIEWER].cents == {"BRL": 7_500}
+    assert list(result.by_tool) == ["refund_order", "refund_order_v2"]
