@@ -40,6 +40,7 @@ from dispatch.pipeline.what_if import (
     WhatIf,
     draft_of,
 )
+from dispatch.registry import tool_registry
 
 # A currency's draft threshold, such as BRL_auto_approve_below.
 _DRAFT_THRESHOLD = re.compile(r"[A-Z]{3}_(?:" + "|".join(THRESHOLDS) + ")")
@@ -135,6 +136,18 @@ class MetricsApi(ManagerApi):
                 "until": until.isoformat(),
                 "calls": calls.as_dict(),
                 "confirmations": confirmation_outcomes(**window),
+                # Where each tool with versions stands among them (docs/tools.md): its figures
+                # are its own, under its own name, in `calls`.
+                "tool_versions": [
+                    {
+                        "tool": spec.name,
+                        "replaces": spec.replaces,
+                        "replaced_by": tool_registry.replaced_by(spec.name),
+                        "retired": spec.retired,
+                    }
+                    for line in tool_registry.version_lines()
+                    for spec in line
+                ],
             }
         )
 
@@ -335,4 +348,16 @@ def what_if_as_json(result: WhatIf) -> dict[str, Any]:
             for move in result.moves
         ],
         "reasons": dict(result.reasons),
+        # Each tool's own outcomes (each version of a tool apart), recorded and under the draft.
+        "by_tool": {
+            tool: [
+                {
+                    "outcome": outcome,
+                    "actual": tally(outcomes.actual[outcome]),
+                    "what_if": tally(outcomes.draft[outcome]),
+                }
+                for outcome in OUTCOMES
+            ]
+            for tool, outcomes in result.by_tool.items()
+        },
     }

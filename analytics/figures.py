@@ -13,7 +13,8 @@ from analytics.charts import tools_grouped, unknown_tools
 from analytics.formatting import code_kind, code_of, count, percent, url
 from analytics.forms import Scope
 from analytics.selectors import CallFigures
-from dispatch.pipeline.codes import LOOP_DETECTED, Code
+from dispatch.pipeline.codes import CONFIRMATION_REQUIRED, LOOP_DETECTED, Code
+from dispatch.registry import tool_registry
 
 
 @dataclass(frozen=True)
@@ -253,3 +254,81 @@ def scope_query(query: QueryDict, **changes: str) -> str:
     params = {key: query.get(key, "") for key in ("range", "since", "until", "agent", "tool")}
     params.update(changes)
     return urlencode({key: value for key, value in params.items() if value})
+
+
+# Tool versions side by side ----------------------------------------------------------------------
+
+
+def version_note(name: str) -> str:
+    """Where a tool stands in its line of versions (docs/tools.md): "retired · replaced by
+    refund_order_v2", "replaces refund_order"; "" for a tool without versions."""
+    spec = tool_registry.get(name)
+    if spec is None:
+        return ""
+    notes = []
+    if spec.retired:
+        notes.append("retired")
+    newer = tool_registry.replaced_by(name)
+    if newer is not None:
+        notes.append(f"replaced by {newer}")
+    if spec.replaces is not None:
+        notes.append(f"replaces {spec.replaces}")
+    return " · ".join(notes)
+
+
+@dataclass(frozen=True)
+class VersionRow:
+    tool: str
+    note: str
+    retired: bool
+    calls: int
+    rejected: int
+    correctable: int
+    recovered: int
+    held: int
+    calls_url: str
+    rejected_url: str
+    held_url: str
+    dashboard_url: str
+
+    @property
+    def rejection_text(self) -> str:
+        return percent(self.rejected / self.calls if self.calls else None)
+
+    @property
+    def recovery_text(self) -> str:
+        return percent(self.recovered / self.correctable if self.correctable else None)
+
+
+def version_lines(scope: Scope, figures: CallFigures, query: QueryDict) -> list[list[VersionRow]]:
+    """Each line of versions whose tools had calls in the range, a row a version, oldest first:
+    its own calls, rejections, recovery and held calls, each leading to its calls."""
+    lines = []
+    for line in tool_registry.version_lines():
+        rows = []
+        for spec in line:
+            tally = figures.by_tool.get(spec.name)
+            held = figures.by_tool_code.get((spec.name, CONFIRMATION_REQUIRED.name))
+            rows.append(
+                VersionRow(
+                    tool=spec.name,
+                    note=version_note(spec.name),
+                    retired=spec.retired,
+                    calls=tally.calls if tally else 0,
+                    rejected=tally.rejected if tally else 0,
+                    correctable=tally.correctable if tally else 0,
+                    recovered=tally.recovered if tally else 0,
+                    held=held.calls if held else 0,
+                    calls_url=url("analytics:calls", {**scope.exact(), "tool": spec.name}),
+                    rejected_url=url(
+                        "analytics:calls", {**scope.exact(outcome="rejected"), "tool": spec.name}
+                    ),
+                    held_url=url(
+                        "analytics:calls", {**scope.exact(outcome="held"), "tool": spec.name}
+                    ),
+                    dashboard_url="?" + scope_query(query, tool=spec.name),
+                )
+            )
+        if any(row.calls for row in rows):
+            lines.append(rows)
+    return lines

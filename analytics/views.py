@@ -30,7 +30,15 @@ from analytics import formatting
 from analytics.channels import channel_figures
 from analytics.charts import chart_data
 from analytics.decisions import DECIDING_EVENTS
-from analytics.figures import TABLE_SORTS, columns, headlines, scope_query, table_rows
+from analytics.figures import (
+    TABLE_SORTS,
+    columns,
+    headlines,
+    scope_query,
+    table_rows,
+    version_lines,
+    version_note,
+)
 from analytics.forms import (
     CALL_FILTERS,
     DRILLDOWN_FILTERS,
@@ -75,6 +83,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "ranges": RANGES,
         "agents": Agent.objects.order_by("name"),
         "tools": _tool_choices(scope),
+        "tool_note": version_note(scope.tool) if scope.tool else "",
         "any_calls": figures.total.calls > 0 or AuditRecord.objects.exists(),
         "has_calls": figures.total.calls > 0,
         "since_date": scope.since_date(),
@@ -107,6 +116,8 @@ def _dashboard_figures(request: HttpRequest, scope: Scope, figures: CallFigures)
             for name, chart in charts.items()
         },
         "rows": table_rows(scope, figures, sort),
+        # Each tool's versions beside each other; with one tool chosen, its own figures alone.
+        "version_lines": [] if scope.tool else version_lines(scope, figures, request.GET),
         "sort": sort,
         "columns": columns(request.GET, sort),
         "total_calls": figures.total.calls,
@@ -114,11 +125,12 @@ def _dashboard_figures(request: HttpRequest, scope: Scope, figures: CallFigures)
     }
 
 
-def _tool_choices(scope: Scope) -> list[str]:
+def _tool_choices(scope: Scope) -> list[tuple[str, str]]:
+    """The tools to filter by, each with where it stands among its versions."""
     tools = sorted(spec.name for spec in tool_registry)
     if scope.tool and scope.tool not in tools:
         tools.append(scope.tool)
-    return tools
+    return [(tool, version_note(tool)) for tool in tools]
 
 
 # The CSV of the calls ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET
 
 from analytics import formatting
 from analytics.drafts import THRESHOLDS, limits_in_major_units, parameter
+from analytics.figures import version_note
 from analytics.forms import RANGES, DraftForm, Scope, scope_from
 from analytics.heavy import RangeTooHeavy, manager_deadline, too_heavy_message
 from analytics.permissions import managers_only
@@ -77,6 +78,26 @@ def outcome_rows(result: WhatIf) -> list[OutcomeRow]:
             )
         )
     return rows
+
+
+def tool_rows(result: WhatIf) -> list[dict[str, Any]]:
+    """Each tool's own outcomes, recorded and under the draft: where a tool has versions, each
+    version is judged apart (each has its own human rule in the policy)."""
+    return [
+        {
+            "tool": tool,
+            "note": version_note(tool),
+            "outcomes": [
+                {
+                    "label": OUTCOME_LABELS[outcome],
+                    "actual": outcomes.actual[outcome].calls,
+                    "draft": outcomes.draft[outcome].calls,
+                }
+                for outcome in OUTCOMES
+            ],
+        }
+        for tool, outcomes in result.by_tool.items()
+    ]
 
 
 def moved_calls(result: WhatIf, policy: Policy, draft: Policy) -> list[dict[str, Any]]:
@@ -286,6 +307,9 @@ def what_if(request: HttpRequest) -> HttpResponse:
         context.update(too_heavy=too_heavy_message())
         return render(request, "analytics/what_if.html", context, status=503)
     context.update(
-        result=result, rows=outcome_rows(result), moves=moved_calls(result, policy, draft)
+        result=result,
+        rows=outcome_rows(result),
+        moves=moved_calls(result, policy, draft),
+        tools=tool_rows(result) if len(result.by_tool) > 1 else [],
     )
     return render(request, "analytics/what_if.html", context)

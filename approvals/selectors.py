@@ -271,6 +271,10 @@ class ReviewItem:
     # What the reader's approval would do, as the service decides it (dispatch.pipeline.decision);
     # None where there is no reader.
     decision: Decision | None = None
+    # Its tool is retired (docs/tools.md): agents no longer call it, its held calls are still
+    # decided under its own rules; the version that replaces it, if any.
+    tool_retired: bool = False
+    successor: str | None = None
 
     @property
     def id(self) -> str:
@@ -367,6 +371,8 @@ def review_items(
                 confirmation=confirmation,
                 status=status,
                 tool_label=spec.title if spec else confirmation.tool,
+                tool_retired=spec is not None and spec.retired,
+                successor=tool_registry.successor_of(spec.name) if spec and spec.retired else None,
                 words=words,
                 amount_cents=amount_cents,
                 currency=currency,

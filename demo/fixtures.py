@@ -13,7 +13,8 @@ DEMO_AGENT_NAME = "demo-agent"
 DEMO_TOKEN = "tg_demo_local_only_0123456789abcdef"
 DEMO_PASSWORD = "toolgate-demo"
 DEMO_BASE_URL = "http://127.0.0.1:8000"
-DEMO_TOOLS = ("get_order", "refund_order", "get_confirmation_status")
+# refund_order_v2 beside refund_order: hosts move to the new version at their own pace.
+DEMO_TOOLS = ("get_order", "refund_order", "refund_order_v2", "get_confirmation_status")
 # The retail desk's agent (docs/retail.md), beside the refund agent: every retail tool.
 RETAIL_AGENT_NAME = "retail-agent"
 RETAIL_TOKEN = "tg_retail_demo_local_only_0123456789"

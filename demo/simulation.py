@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol, TypeVar
 
-from orders.tools import CURRENCIES, REFUND_REASONS
+from orders.tools import CURRENCIES, REFUND_REASON_CODES, REFUND_REASONS
 from toolgate_client import (
     AuthenticationError,
     ConnectionFailedError,
@@ -457,6 +457,12 @@ class Conversation:
             "reason": reason or self.rng.choice(REFUND_REASONS),
         }
 
+    def refund_v2(self, amount_cents: int) -> dict[str, Any]:
+        """refund_order_v2's arguments: v1's, with a reason code instead of its reason."""
+        arguments = self.refund(amount_cents)
+        del arguments["reason"]
+        return {**arguments, "reason_code": self.rng.choice(REFUND_REASON_CODES)}
+
     def attempt(
         self,
         tool: str,
@@ -512,6 +518,21 @@ def good(c: Conversation) -> None:
         return
     amount = c.amount(c.refundable(read), large=c.rng.random() < 0.3)
     c.call("refund_order", c.refund(amount))
+
+
+def good_v2(c: Conversation) -> None:
+    """A host moved to refund_order_v2: reads the order and refunds it with a reason code; a
+    model used to v1 sometimes sends v1's reason first, and corrects it from the message."""
+    read = c.read_order()
+    if read is None or c.refundable(read) < 100:
+        return
+    meant = c.refund_v2(c.amount(c.refundable(read), large=c.rng.random() < 0.3))
+    if c.rng.random() < 0.4:
+        habit = {key: value for key, value in meant.items() if key != "reason_code"}
+        habit["reason"] = c.rng.choice(REFUND_REASONS)
+        c.attempt("refund_order_v2", habit, meant=meant)
+        return
+    c.call("refund_order_v2", meant)
 
 
 def extra_field(c: Conversation) -> None:
@@ -722,6 +743,7 @@ def unknown_tool(c: Conversation) -> None:
 
 SCENARIOS: dict[str, Scenario] = {
     "good": good,
+    "good_v2": good_v2,
     "extra_field": extra_field,
     "missing_field": missing_field,
     "float_amount": float_amount,
@@ -739,6 +761,7 @@ SCENARIOS: dict[str, Scenario] = {
 
 DEFAULT_MIX: dict[str, int] = {
     "good": 40,
+    "good_v2": 12,
     "extra_field": 6,
     "missing_field": 6,
     "float_amount": 6,

@@ -296,7 +296,10 @@ class PolicyVersionForm(forms.ModelForm):  # type: ignore[type-arg]
         # Read here, not at import: domain apps register their tools when they are ready.
         field = self.fields["allowed_tools"]
         assert isinstance(field, forms.MultipleChoiceField)
-        field.choices = [(spec.name, f"{spec.name}: {spec.label}") for spec in tool_registry]
+        field.choices = [
+            (spec.name, f"{spec.name}: {spec.label}{' (retired)' if spec.retired else ''}")
+            for spec in tool_registry
+        ]
         for spec in tool_registry:
             self.fields[f"human_{spec.name}"] = forms.ChoiceField(
                 choices=_RULE_CHOICES, required=False, label=f"human for {spec.name}"

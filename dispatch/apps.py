@@ -1,4 +1,10 @@
+from collections.abc import Iterable
+
 from django.apps import AppConfig
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from dispatch.pipeline.tools import ToolRegistry
 
 
 class DispatchConfig(AppConfig):
@@ -18,3 +24,16 @@ class DispatchConfig(AppConfig):
 
         for spec in dispatch_tools():
             tool_registry.register(spec)
+        # The apps that declare tools come before this one (INSTALLED_APPS): every tool is known.
+        tools_retire_and_check(settings.TOOLGATE_RETIRED_TOOLS, tool_registry)
+
+
+def tools_retire_and_check(retired: Iterable[str], registry: ToolRegistry) -> None:
+    """Retire the tools a setting names, and refuse to start on versions that do not hold
+    together (a `replaces` naming no tool, two successors of one, a cycle)."""
+    try:
+        for name in retired:
+            registry.set_retired(name)
+        registry.check_versions()
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"tool versions: {exc}") from None

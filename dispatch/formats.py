@@ -35,6 +35,8 @@ def neutral(spec: ToolSpec[Any]) -> dict[str, Any]:
         "amount_field": spec.amount_field,
         "input_schema": _schema(spec),
         "codes": [code.name for code in spec.codes],
+        # The older version this tool stands beside (docs/tools.md), or null.
+        "replaces": spec.replaces,
     }
 
 

@@ -21,8 +21,9 @@ from dispatch.registry import tool_registry
 
 
 def tools_for_agent(agent: Agent) -> list[ToolSpec[Any]]:
+    """The tools an agent is offered: those of its allowlist that are not retired."""
     allowed = set(agent.current_policy.allowed_tools) if agent.current_policy else set()
-    return [spec for spec in tool_registry if spec.name in allowed]
+    return [spec for spec in tool_registry.listed() if spec.name in allowed]
 
 
 def session_get(*, agent: Agent, session_id: str) -> Session | None:

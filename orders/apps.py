@@ -9,8 +9,8 @@ class OrdersConfig(AppConfig):
     # Written once, never changed: `db_roles` grants the application's role no UPDATE or DELETE.
     append_only_models = ("Refund",)
     # Where an executed refund writes its one row, under its execution key: (model, key field,
-    # tools), which the books' reconciler checks (books/checks.py).
-    execution_ledger = ("Refund", "idempotency_key", ("refund_order",))
+    # tools), which the books' reconciler checks (books/checks.py). Every version of the refund.
+    execution_ledger = ("Refund", "idempotency_key", ("refund_order", "refund_order_v2"))
     # What a refund's checks read, guarded on PostgreSQL (dispatch/store/guards.py): refunded_cents
     # moves only with its ledger row; what the ledger's rows were judged against is fixed once
     # there is one (the admin edits an order only before its first refund).

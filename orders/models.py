@@ -25,9 +25,14 @@ class Currency(models.TextChoices):
 
 
 class RefundReason(models.TextChoices):
+    """Every version's reasons: refund_order's three, then those refund_order_v2 added."""
+
     DAMAGED = "damaged", "Damaged"
     NOT_DELIVERED = "not_delivered", "Not delivered"
     CUSTOMER_REQUEST = "customer_request", "Customer request"
+    WRONG_ITEM = "wrong_item", "Wrong item"
+    RETURNED = "returned", "Returned"
+    GOODWILL = "goodwill", "Goodwill"
 
 
 class RefundApproval(models.TextChoices):

@@ -30,6 +30,8 @@ from orders.book import OrderBook, OrderView, RefundReceipt, RefundRefused, orde
 
 CURRENCIES = ("BRL", "USD", "EUR", "JPY", "KWD")
 REFUND_REASONS = ("damaged", "not_delivered", "customer_request")
+# refund_order_v2's reasons: customer_request gone, a refund either owed or a gesture.
+REFUND_REASON_CODES = ("damaged", "not_delivered", "wrong_item", "returned", "goodwill")
 # At most 16 characters; no maxLength beside it, so that OpenAI's strict mode takes the schema.
 ORDER_ID_PATTERN = r"^ORD-[0-9]{1,12}$"
 MAX_REFUND_CENTS = 100_000_000
@@ -67,8 +69,10 @@ class GetOrderArguments(BaseModel):
     order_id: str = Field(pattern=ORDER_ID_PATTERN, description=ORDER_ID_DESCRIPTION)
 
 
-class RefundOrderArguments(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, title="refund_order")
+class _RefundArguments(BaseModel):
+    """What every version of refund_order sends: the order, and the amount in its currency."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     order_id: str = Field(pattern=ORDER_ID_PATTERN, description=ORDER_ID_DESCRIPTION)
     amount_cents: int = Field(
@@ -81,9 +85,40 @@ class RefundOrderArguments(BaseModel):
     currency: Literal["BRL", "USD", "EUR", "JPY", "KWD"] = Field(
         description="the order's own currency, one of BRL, USD, EUR, JPY, KWD (never converted)"
     )
+
+    @property
+    def recorded_reason(self) -> str:
+        """The reason the refund's row records."""
+        raise NotImplementedError
+
+
+class RefundOrderArguments(_RefundArguments):
+    model_config = ConfigDict(extra="forbid", strict=True, title="refund_order")
+
     reason: Literal["damaged", "not_delivered", "customer_request"] = Field(
         description="why the customer is refunded: damaged, not_delivered or customer_request"
     )
+
+    @property
+    def recorded_reason(self) -> str:
+        return self.reason
+
+
+class RefundOrderV2Arguments(_RefundArguments):
+    """refund_order_v2's contract: v1's catch-all `customer_request` hid goodwill among owed
+    refunds, so the reason is a code from a finer list in which every refund is either owed
+    (damaged, not delivered, wrong item, returned) or a gesture (goodwill)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="refund_order_v2")
+
+    reason_code: Literal["damaged", "not_delivered", "wrong_item", "returned", "goodwill"] = Field(
+        description="why the customer is refunded: damaged, not_delivered, wrong_item, returned "
+        "(the item came back) or goodwill (a gesture the customer is not owed)"
+    )
+
+    @property
+    def recorded_reason(self) -> str:
+        return self.reason_code
 
 
 def order_as_data(order: OrderView) -> dict[str, Any]:
@@ -138,7 +173,7 @@ def _not_found(order_id: str) -> Rejection:
     )
 
 
-def _refused(exc: RefundRefused, arguments: RefundOrderArguments) -> Rejection:
+def _refused(exc: RefundRefused, arguments: _RefundArguments) -> Rejection:
     order = exc.order
     if exc.reason == RefundRefused.CURRENCY_MISMATCH and order is not None:
         return Rejection(
@@ -158,14 +193,14 @@ def _refused(exc: RefundRefused, arguments: RefundOrderArguments) -> Rejection:
     return _not_found(arguments.order_id)
 
 
-def _the_order(arguments: GetOrderArguments | RefundOrderArguments, customer_id: str) -> Lookup:
-    # What both tools read first: get_order's handler, refund_order's check.
+def _the_order(arguments: GetOrderArguments | _RefundArguments, customer_id: str) -> Lookup:
+    # What the tools read first: get_order's handler, the refunds' check.
     return order_lookup(customer_id, arguments.order_id)
 
 
 def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
     def the_order(
-        arguments: GetOrderArguments | RefundOrderArguments,
+        arguments: GetOrderArguments | _RefundArguments,
         context: CheckContext | ExecutionContext,
     ) -> OrderView | None:
         if context.read_ahead is not None:
@@ -179,7 +214,7 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             raise Refused(_not_found(arguments.order_id))
         return order_as_data(order)
 
-    def check_refund(arguments: RefundOrderArguments, context: CheckContext) -> Rejection | None:
+    def check_refund(arguments: _RefundArguments, context: CheckContext) -> Rejection | None:
         order = the_order(arguments, context)
         if order is None:
             return _not_found(arguments.order_id)
@@ -189,20 +224,18 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             return _refused(RefundRefused(RefundRefused.EXCEEDS_REFUNDABLE, order), arguments)
         return None
 
-    def refund_review(arguments: RefundOrderArguments, customer_id: str) -> ReviewView:
+    def refund_review(arguments: _RefundArguments, customer_id: str) -> ReviewView:
         order = book.find(customer_id=customer_id, order_id=arguments.order_id)
         return order_review(arguments.order_id, order)
 
-    def refund_order(
-        arguments: RefundOrderArguments, context: ExecutionContext
-    ) -> Mapping[str, Any]:
+    def refund_order(arguments: _RefundArguments, context: ExecutionContext) -> Mapping[str, Any]:
         try:
             receipt = book.refund(
                 customer_id=context.customer_id,
                 order_id=arguments.order_id,
                 amount_cents=arguments.amount_cents,
                 currency=arguments.currency,
-                reason=arguments.reason,
+                reason=arguments.recorded_reason,
                 key=context.idempotency_key,
                 approved_by=context.approved_by,
             )
@@ -215,24 +248,20 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
         receipt = book.receipt_for_key(key)
         return None if receipt is None else receipt_as_data(receipt)
 
-    return (
-        ToolSpec(
-            name="get_order",
-            label="Get order",
-            description="Look up one of the customer's orders: total, currency and what is "
-            "already refunded. Read-only.",
-            arguments=GetOrderArguments,
-            handler=get_order,
-            idempotent=True,
-            codes=(ORDER_NOT_FOUND,),
-            lookup=_the_order,
-        ),
-        ToolSpec(
-            name="refund_order",
-            label="Refund order",
-            description="Refund part or all of one of the customer's orders, in the order's "
-            "currency. Moves money; may be held for a human to approve.",
-            arguments=RefundOrderArguments,
+    def refund_spec(
+        *,
+        name: str,
+        label: str,
+        arguments: type[_RefundArguments],
+        description: str,
+        replaces: str | None = None,
+    ) -> ToolSpec[Any]:
+        """A version of refund_order: each has its own contract, and the same rules and effect."""
+        return ToolSpec(
+            name=name,
+            label=label,
+            description=description,
+            arguments=arguments,
             check=check_refund,
             handler=refund_order,
             writes=True,
@@ -250,5 +279,35 @@ def order_tools(book: OrderBook) -> tuple[ToolSpec[Any], ...]:
             outcome_of=refund_outcome,
             # A reviewer may approve less than was asked (60.00 of the 80.00), never more.
             editable=(Editable("amount_cents", EditRule.ONLY_LOWER),),
+            replaces=replaces,
+        )
+
+    return (
+        ToolSpec(
+            name="get_order",
+            label="Get order",
+            description="Look up one of the customer's orders: total, currency and what is "
+            "already refunded. Read-only.",
+            arguments=GetOrderArguments,
+            handler=get_order,
+            idempotent=True,
+            codes=(ORDER_NOT_FOUND,),
+            lookup=_the_order,
+        ),
+        refund_spec(
+            name="refund_order",
+            label="Refund order",
+            arguments=RefundOrderArguments,
+            description="Refund part or all of one of the customer's orders, in the order's "
+            "currency. Moves money; may be held for a human to approve.",
+        ),
+        refund_spec(
+            name="refund_order_v2",
+            label="Refund order (v2)",
+            arguments=RefundOrderV2Arguments,
+            description="Refund part or all of one of the customer's orders, in the order's "
+            "currency, with a reason code that says whether the refund is owed or goodwill. "
+            "Moves money; may be held for a human to approve.",
+            replaces="refund_order",
         ),
     )

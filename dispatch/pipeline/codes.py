@@ -44,6 +44,14 @@ UNKNOWN_TOOL = Code(
 TOOL_NOT_ALLOWED = Code(
     "TOOL_NOT_ALLOWED", 1, "The tool exists but this agent may not call it.", False, False
 )
+TOOL_RETIRED = Code(
+    "TOOL_RETIRED",
+    1,
+    "The tool is retired; `data.successor` names the version to call instead (null: none).",
+    # Not by sending it again changed: by calling another tool, which recovery does not count.
+    False,
+    False,
+)
 INVALID_JSON = Code(
     "INVALID_JSON",
     2,
@@ -106,6 +114,7 @@ CORE_CODES: tuple[Code, ...] = (
     STEP_LIMIT,
     UNKNOWN_TOOL,
     TOOL_NOT_ALLOWED,
+    TOOL_RETIRED,
     INVALID_JSON,
     INVALID_ARGUMENTS,
     LOOP_DETECTED,

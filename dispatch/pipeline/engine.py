@@ -1,10 +1,11 @@
 """The pipeline: nine stages, in order; the first that fails ends the call with a stable code.
 
 Each stage is named for what it judges, and Pipeline._run calls them in their order: 0
-step_budget, 1 allowed_tool, 2 strict_json, 3 valid_arguments, 4 Pipeline._idempotency, 5
-business_rules, 6 policy_limits, 7 Pipeline._human_confirmation, 8 execute_with_retries. Stages 1
-to 3 touch no state and run first (Pipeline.prepare), so that the store counts the step and claims
-the key in one request; their verdict still comes after stage 0's.
+step_budget, 1 allowed_tool and current_tool, 2 strict_json, 3 valid_arguments, 4
+Pipeline._idempotency, 5 business_rules, 6 policy_limits, 7 Pipeline._human_confirmation, 8
+execute_with_retries. Stages 1 to 3 touch no state and run first (Pipeline.prepare), so that the
+store counts the step and claims the key in one request; their verdict still comes after stage
+0's.
 
 It never raises for anything a caller sent: every outcome is a CallResult, and every call leaves
 exactly one audit record.
@@ -256,9 +257,15 @@ class Refusal(NamedTuple):
     data: Mapping[str, Any] = {}
 
 
-def _rejected(call: ToolCall, call_id: str, code: Code, message: str) -> CallResult:
+def _rejected(
+    call: ToolCall,
+    call_id: str,
+    code: Code,
+    message: str,
+    data: Mapping[str, Any] | None = None,
+) -> CallResult:
     """A result that ends the call before stage 5."""
-    return make_result(call_id=call_id, tool=call.tool, code=code, message=message)
+    return make_result(call_id=call_id, tool=call.tool, code=code, message=message, data=data)
 
 
 def _internal_error(call: ToolCall, call_id: str) -> CallResult:
@@ -314,7 +321,7 @@ def allowed_tool(registry: ToolRegistry, policy: Policy, name: str) -> ToolSpec[
     """Stage 1: the tool of that name, if it exists and is on the policy's allowlist."""
     spec = registry.get(name)
     if spec is None:
-        offered = sorted(t.name for t in registry if t.name in policy.allowed_tools)
+        offered = sorted(t.name for t in registry.listed() if t.name in policy.allowed_tools)
         return Refusal(
             codes.UNKNOWN_TOOL,
             f"tool: no tool is named {name[:64]!r} "
@@ -323,6 +330,33 @@ def allowed_tool(registry: ToolRegistry, policy: Policy, name: str) -> ToolSpec[
     if spec.name not in policy.allowed_tools:
         return Refusal(codes.TOOL_NOT_ALLOWED, f"tool: {spec.name} is not allowed for this agent")
     return spec
+
+
+def current_tool(registry: ToolRegistry, policy: Policy, spec: ToolSpec[Any]) -> Refusal | None:
+    """Stage 1, for a model's call: the tool is not retired. A held call of a retired tool is
+    not judged by it (recheck): the reviewers still decide it under the tool's own rules."""
+    if not spec.retired:
+        return None
+    successor = registry.successor_of(spec.name)
+    if successor is None:
+        return Refusal(
+            codes.TOOL_RETIRED,
+            f"tool: {spec.name} is retired and has no successor (do not call it again; hand the "
+            "conversation over to a human)",
+            {"successor": None, "successor_allowed": False},
+        )
+    allowed = successor in policy.allowed_tools
+    advice = (
+        f"call {successor} instead, with its own arguments (read its schema)"
+        if allowed
+        else f"its successor {successor} is not allowed for this agent: hand the conversation "
+        "over to a human"
+    )
+    return Refusal(
+        codes.TOOL_RETIRED,
+        f"tool: {spec.name} is retired; {advice}",
+        {"successor": successor, "successor_allowed": allowed},
+    )
 
 
 def strict_json(
@@ -668,6 +702,9 @@ class Pipeline:
         spec = allowed_tool(self.registry, policy, call.tool)
         if isinstance(spec, Refusal):
             return _rejected(call, call_id, spec.code, spec.message)
+        retired = current_tool(self.registry, policy, spec)
+        if retired is not None:
+            return _rejected(call, call_id, retired.code, retired.message, retired.data)
 
         # 2. One strict JSON object within the size limit.
         document = strict_json(spec, call.arguments, self.limits.max_argument_bytes)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel
@@ -190,8 +190,16 @@ class ToolSpec(Generic[Args]):
     # The arguments a reviewer may change before approving a held call, each with its rule
     # (dispatch/pipeline/edits.py); none: it is approved or rejected as the model asked.
     editable: tuple[Editable, ...] = ()
+    # Versions (docs/tools.md, "Versions and retirement"): the tool this one is a newer version
+    # of, which stands beside it with its own allowlist entry, rules and analytics; and whether
+    # this one is retired: no longer listed to agents, a call to it refused as TOOL_RETIRED
+    # naming its successor, while its calls already held stay decidable by reviewers.
+    replaces: str | None = None
+    retired: bool = False
 
     def __post_init__(self) -> None:
+        if self.replaces == self.name:
+            raise ValueError(f"{self.name}: a tool cannot replace itself")
         money = self.money
         named = {"subject_field": self.subject_field, "watches": self.watches}
         if isinstance(money, MoneyFromArguments):
@@ -322,6 +330,38 @@ class ChangedWithOperation:
 MoneyGuard = SumOfLedger | FixedOnceInLedger | ChangedWithOperation
 
 
+class VersionError(ValueError):
+    """The registry's versions do not hold together: a tool replaces one that is not
+    registered, two tools replace the same one, or replacements go round in a cycle."""
+
+
+def check_versions(specs: Iterable[ToolSpec[Any]]) -> None:
+    """Refuse versions that do not hold together (VersionError), at start-up."""
+    by_name = {spec.name: spec for spec in specs}
+    successors: dict[str, str] = {}
+    for spec in by_name.values():
+        old = spec.replaces
+        if old is None:
+            continue
+        if old not in by_name:
+            raise VersionError(f"{spec.name}: replaces {old!r}, which is not a registered tool")
+        if old in successors:
+            raise VersionError(
+                f"{spec.name}: replaces {old!r}, which {successors[old]} already replaces "
+                "(a tool has one successor)"
+            )
+        successors[old] = spec.name
+    for spec in by_name.values():
+        seen = [spec.name]
+        old = spec.replaces
+        while old is not None:
+            if old in seen:
+                chain = " -> ".join([*seen, old])
+                raise VersionError(f"{spec.name}: its replacements go round in a cycle ({chain})")
+            seen.append(old)
+            old = by_name[old].replaces
+
+
 class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, ToolSpec[Any]] = {}
@@ -343,6 +383,54 @@ class ToolRegistry:
         self._tools.pop(name, None)
         codes = (code for spec in self._tools.values() for code in spec.codes)
         self._catalogue = CodeCatalogue((*CORE_CODES, *codes))
+
+    def set_retired(self, name: str, retired: bool = True) -> None:
+        """Retire a registered tool (or bring it back), as a setting may at start-up."""
+        spec = self._tools.get(name)
+        if spec is None:
+            raise ValueError(f"cannot retire {name!r}: no tool of that name is registered")
+        self._tools[name] = replace(spec, retired=retired)
+
+    def check_versions(self) -> None:
+        """Refuse versions that do not hold together (VersionError)."""
+        check_versions(self._tools.values())
+
+    def successor_of(self, name: str) -> str | None:
+        """The newest version that is not retired of the tool's line after it, or None: what a
+        model calling a retired tool is told to call instead."""
+        newer = {spec.replaces: spec for spec in self._tools.values() if spec.replaces}
+        current, found = name, None
+        # Bounded by the registry's size, so that a cycle (refused at start-up) cannot hang it.
+        for _ in range(len(self._tools)):
+            spec = newer.get(current)
+            if spec is None:
+                break
+            current = spec.name
+            if not spec.retired:
+                found = spec.name
+        return found
+
+    def replaced_by(self, name: str) -> str | None:
+        """The tool that declares it replaces this one, if any."""
+        return next((spec.name for spec in self._tools.values() if spec.replaces == name), None)
+
+    def version_lines(self) -> list[tuple[ToolSpec[Any], ...]]:
+        """Each line of versions (a tool, the one that replaces it, ...), oldest first: only the
+        tools that replace or are replaced, by the name of the line's first."""
+        newer = {spec.replaces: spec for spec in self._tools.values() if spec.replaces}
+        lines = []
+        for first in sorted(newer.keys() - {spec.name for spec in newer.values()}):
+            line = [self._tools[first]] if first in self._tools else []
+            current = newer.get(first)
+            while current is not None and len(line) <= len(self._tools):
+                line.append(current)
+                current = newer.get(current.name)
+            lines.append(tuple(line))
+        return lines
+
+    def listed(self) -> Iterator[ToolSpec[Any]]:
+        """The tools agents are offered: every one that is not retired."""
+        return (spec for spec in self._tools.values() if not spec.retired)
 
     def register_lookup_source(self, name: str, source: LookupSource) -> None:
         if name in self._lookup_sources:

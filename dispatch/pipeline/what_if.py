@@ -252,6 +252,15 @@ class WhatIf(NamedTuple):
     moves: tuple[Move, ...]
     # Why the draft holds or refuses calls, with how many.
     reasons: Mapping[str, int]
+    # Each tool's own outcomes, recorded and under the draft: each version of a tool apart.
+    by_tool: Mapping[str, ToolOutcomes] = {}
+
+
+class ToolOutcomes(NamedTuple):
+    """One tool's calls by outcome, as recorded and under the draft."""
+
+    actual: Mapping[str, Tally]
+    draft: Mapping[str, Tally]
 
 
 # How long a call's money counts ----------------------------------------------------------------
@@ -581,12 +590,19 @@ def what_if_of(policy: Policy, calls: Iterable[PastCall], *, examples: int = 5) 
     draft = {outcome: _Count() for outcome in OUTCOMES}
     changed: dict[tuple[str, str], tuple[_Count, list[Verdict]]] = {}
     reasons: dict[str, int] = {}
+    tools: dict[str, tuple[dict[str, _Count], dict[str, _Count]]] = {}
     judged = 0
     for verdict in policy_replay(policy, calls):
         call = verdict.call
         judged += 1
         actual[call.outcome].add(call)
         draft[verdict.outcome].add(call)
+        tool_actual, tool_draft = tools.setdefault(
+            call.tool,
+            ({outcome: _Count() for outcome in OUTCOMES}, {o: _Count() for o in OUTCOMES}),
+        )
+        tool_actual[call.outcome].add(call)
+        tool_draft[verdict.outcome].add(call)
         if verdict.reason:
             reasons[verdict.reason] = reasons.get(verdict.reason, 0) + 1
         if verdict.outcome != call.outcome:
@@ -605,6 +621,13 @@ def what_if_of(policy: Policy, calls: Iterable[PastCall], *, examples: int = 5) 
         {outcome: count.tally() for outcome, count in draft.items()},
         tuple(moves),
         reasons,
+        {
+            tool: ToolOutcomes(
+                {outcome: count.tally() for outcome, count in tool_actual.items()},
+                {outcome: count.tally() for outcome, count in tool_draft.items()},
+            )
+            for tool, (tool_actual, tool_draft) in sorted(tools.items())
+        },
     )
 
 

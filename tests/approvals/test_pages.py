@@ -14,6 +14,7 @@ from pytest_django.fixtures import Settings
 
 from approvals.models import ReviewerLimit
 from dispatch.models import Agent, Confirmation, ConfirmationStatus
+from dispatch.registry import tool_registry
 from dispatch.services import call_dispatch
 from tests.approvals.conftest import HELD_ACTIONS, HoldRefund, MakeUser
 from tests.conftest import MakeAgent, confirmation_rewrite
@@ -316,6 +317,24 @@ def test_the_detail_page_shows_the_arguments_as_they_will_execute(
     assert '"amount_cents": 6000' in page
     assert held.arguments_hash in page
     assert "proposed it; the policy held it for a human" in page
+
+
+def test_a_held_call_of_a_retired_tool_says_so_and_stays_decidable(
+    client: Client, reviewer: User, hold_refund: HoldRefund
+) -> None:
+    held = hold_refund(6_000)
+    client.force_login(reviewer)
+    tool_registry.set_retired("refund_order")
+    try:
+        page = text(client.get(f"/approvals/{held.pk}/"))
+    finally:
+        tool_registry.set_retired("refund_order", retired=False)
+
+    assert "Tool refund_order · retired (replaced by refund_order_v2" in page
+    assert (
+        "agents can no longer call it; this held call is still decided under its own rules" in page
+    )
+    assert "Approve" in page
 
 
 def test_the_empty_pages_say_what_will_appear_there(client: Client, reviewer: User) -> None:

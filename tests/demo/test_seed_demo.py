@@ -79,7 +79,12 @@ def test_it_creates_the_demo_agent_with_the_documented_token_stored_as_a_hash(ru
     assert DEMO_TOKEN in output
     policy = agent.current_policy
     assert policy is not None
-    assert sorted(policy.allowed_tools) == ["get_confirmation_status", "get_order", "refund_order"]
+    assert sorted(policy.allowed_tools) == [
+        "get_confirmation_status",
+        "get_order",
+        "refund_order",
+        "refund_order_v2",
+    ]
     # Per currency of the demo's orders, in each one's minor units: 500.00, 50.00 and 300.00.
     demo = CurrencyLimits(50_000, 5_000, 30_000, None, confirm_above_cents=20_000)
     assert policy.limits() == {"BRL": demo, "EUR": demo, "USD": demo}
@@ -177,6 +182,7 @@ def test_it_sets_the_token_of_an_existing_demo_agent(run: Run) -> None:
         "get_confirmation_status",
         "get_order",
         "refund_order",
+        "refund_order_v2",
     ]
     assert "tg_another_demo_token_42" in output
 

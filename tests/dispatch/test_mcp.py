@@ -53,6 +53,7 @@ from dispatch.models import (
     SecurityEvent,
     Session,
 )
+from dispatch.registry import tool_registry
 from dispatch.security import Origin
 from dispatch.services import agent_authenticate, token_hash
 from orders.tools import GetOrderArguments, RefundOrderArguments
@@ -274,6 +275,30 @@ def test_it_lists_only_the_agents_allowed_tools_with_their_schemas_and_annotatio
     assert refund.annotations.read_only_hint is False
     assert refund.annotations.destructive_hint is True
     assert refund.annotations.idempotent_hint is True
+
+
+def test_over_http_a_retired_version_is_not_listed_and_its_call_names_the_successor(
+    mcp_url: str, make_agent: MakeAgent, ledger: Ledger
+) -> None:
+    _, token = make_agent(allowed_tools=["get_order", "refund_order", "refund_order_v2"])
+    refund = {"order_id": "ORD-1001", "amount_cents": 1000, "currency": "BRL", "reason": "damaged"}
+
+    async def list_and_call(client: Client) -> tuple[list[str], CallToolResult]:
+        names = [tool.name for tool in (await client.list_tools()).tools]
+        return names, await client.call_tool("refund_order", refund)
+
+    tool_registry.set_retired("refund_order")
+    try:
+        names, result = drive(http_connect(mcp_url), list_and_call, token)
+    finally:
+        tool_registry.set_retired("refund_order", retired=False)
+
+    assert names == ["get_order", "refund_order_v2"]
+    assert result.is_error
+    assert result.structured_content is not None
+    assert result.structured_content["code"] == "TOOL_RETIRED"
+    assert result.structured_content["data"]["successor"] == "refund_order_v2"
+    assert ledger.state() == (0, 0)
 
 
 def test_every_tools_output_schema_is_the_result_contract_the_api_documents(

@@ -7,7 +7,13 @@ from django.db.models import F
 
 from orders.models import Currency, Order, Refund, RefundReason
 from orders.services import order_create
-from orders.tools import CURRENCIES, REFUND_REASONS, RefundOrderArguments
+from orders.tools import (
+    CURRENCIES,
+    REFUND_REASON_CODES,
+    REFUND_REASONS,
+    RefundOrderArguments,
+    RefundOrderV2Arguments,
+)
 from tests.factories import OrderFactory
 
 pytestmark = pytest.mark.django_db
@@ -15,10 +21,13 @@ pytestmark = pytest.mark.django_db
 
 def test_the_model_choices_are_the_tool_enums() -> None:
     assert tuple(Currency.values) == CURRENCIES
-    assert tuple(RefundReason.values) == REFUND_REASONS
+    assert tuple(RefundReason.values) == tuple(dict.fromkeys(REFUND_REASONS + REFUND_REASON_CODES))
     schema = RefundOrderArguments.model_json_schema()["properties"]
     assert tuple(schema["currency"]["enum"]) == CURRENCIES
     assert tuple(schema["reason"]["enum"]) == REFUND_REASONS
+    v2 = RefundOrderV2Arguments.model_json_schema()["properties"]
+    assert tuple(v2["currency"]["enum"]) == CURRENCIES
+    assert tuple(v2["reason_code"]["enum"]) == REFUND_REASON_CODES
 
 
 def test_order_create_stores_a_valid_order() -> None:

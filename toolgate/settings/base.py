@@ -501,6 +501,9 @@ TOOLGATE_GATEWAY_FAULTS = env.bool("TOOLGATE_GATEWAY_FAULTS", default=True)
 # The declarations modules of the upstreams whose tools Toolgate serves (docs/upstreams.md):
 # code in the repository; their addresses and credentials come from the environment.
 TOOLGATE_UPSTREAMS = env.list("TOOLGATE_UPSTREAMS", default=[])
+# Tools retired beside their declarations' own `retired` (docs/tools.md, "Versions and
+# retirement"): no longer listed, a call refused as TOOL_RETIRED; a name no tool has stops start-up.
+TOOLGATE_RETIRED_TOOLS = env.list("TOOLGATE_RETIRED_TOOLS", default=[])
 
 # Connections each process keeps for reserving money where a policy caps an agent's day
 # (PostgreSQL only; other reservations are made in the call's own transaction).

@@ -163,6 +163,7 @@ def test_the_code_catalogue_lists_every_code_with_its_meaning(api: AgentClient) 
         "STEP_LIMIT",
         "UNKNOWN_TOOL",
         "TOOL_NOT_ALLOWED",
+        "TOOL_RETIRED",
         "INVALID_JSON",
         "INVALID_ARGUMENTS",
         "LOOP_DETECTED",
@@ -187,6 +188,7 @@ def test_the_code_catalogue_lists_every_code_with_its_meaning(api: AgentClient) 
     assert codes["INVALID_ARGUMENTS"]["model_fixable"] is True
     assert codes["UPSTREAM_UNAVAILABLE"]["retryable"] is True
     assert codes["LOOP_DETECTED"]["model_fixable"] is False
+    assert (codes["TOOL_RETIRED"]["stage"], codes["TOOL_RETIRED"]["retryable"]) == (1, False)
     stages = [code["stage"] for code in response.json()["codes"]]
     assert stages == sorted(stages)
 

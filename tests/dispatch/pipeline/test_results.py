@@ -83,7 +83,7 @@ def test_a_code_declared_twice_differently_is_refused() -> None:
 
 def test_a_tool_cannot_be_registered_twice() -> None:
     registry = ToolRegistry()
-    get_order, _ = order_tools(InMemoryOrderBook())
+    get_order, *_ = order_tools(InMemoryOrderBook())
     registry.register(get_order)
     try:
         registry.register(get_order)
