@@ -55,12 +55,19 @@ def settleable(spec: ToolSpec[Any] | None) -> bool:
     )
 
 
-def unsettled_queryset(*, older_than: timedelta, now: datetime | None = None) -> Any:
-    """Direct calls of tools that can be asked whose outcome is unknown, or whose effect has been
-    in progress past its lease (its process died), untouched for `older_than`."""
+def unsettled_queryset(
+    *, older_than: timedelta, now: datetime | None = None, readable_only: bool = True
+) -> Any:
+    """Direct calls of tools that can be asked (or, not `readable_only`, of every remote tool)
+    whose outcome is unknown, or whose effect has been in progress past its lease (its process
+    died), untouched for `older_than`."""
     now = now or timezone.now()
     cutoff = now - older_than
-    tools = [spec.name for spec in tool_registry if settleable(spec)]
+    tools = [
+        spec.name
+        for spec in tool_registry
+        if settleable(spec) or (spec.remote and not readable_only)
+    ]
     return IdempotencyRecord.objects.filter(
         Q(status=KeyStatus.UNKNOWN, updated_at__lte=cutoff)
         | Q(status=KeyStatus.IN_PROGRESS, lease_until__lte=min(now, cutoff))
@@ -136,15 +143,38 @@ def _take(key: str) -> tuple[IdempotencyRecord, datetime] | None:
 
 
 def _read(spec: ToolSpec[Any], record: IdempotencyRecord) -> Mapping[str, Any] | None:
-    """What the system of record did for the key: by its key, or by the call's arguments."""
-    if spec.outcome_of is not None:
-        return spec.outcome_of(record.key)
     call = record.remote_call
-    if spec.effect_of is None or not isinstance(call, Mapping):
+    if spec.outcome_of is None and not isinstance(call, Mapping):
         # Nothing to ask by: stays unknown for a person (the same call sent again settles it).
         raise OutcomeUnknownError(f"{spec.name}: no call recorded to read its effect by")
-    arguments = spec.arguments.model_validate_json(json.dumps(call["arguments"]))
-    context = ExecutionContext(
-        str(call["customer_id"]), record.key, (), None, str(call.get("agent_id", ""))
+    call = call if isinstance(call, Mapping) else {}
+    return outcome_read(
+        spec,
+        key=record.key,
+        arguments=call.get("arguments") or {},
+        customer_id=str(call.get("customer_id", "")),
+        agent_id=str(call.get("agent_id", "")),
     )
-    return spec.effect_of(arguments, context)
+
+
+def outcome_read(
+    spec: ToolSpec[Any],
+    *,
+    key: str,
+    arguments: Mapping[str, Any],
+    customer_id: str,
+    agent_id: str,
+) -> Mapping[str, Any] | None:
+    """What the system of record did under a call's key: its tool's read by key, or else by the
+    call's arguments. Raises OutcomeUnknownError where it cannot be read now."""
+    if spec.outcome_of is not None:
+        return spec.outcome_of(key)
+    if spec.effect_of is None:
+        raise OutcomeUnknownError(f"{spec.name} cannot be asked for its outcome")
+    try:
+        parsed = spec.arguments.model_validate_json(json.dumps(dict(arguments)))
+    except ValueError:
+        raise OutcomeUnknownError(
+            f"{spec.name}: its recorded arguments no longer validate"
+        ) from None
+    return spec.effect_of(parsed, ExecutionContext(customer_id, key, (), None, agent_id))

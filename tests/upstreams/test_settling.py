@@ -20,7 +20,10 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import Group, User
 from django.db import connection
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
 from dispatch.models import Agent, IdempotencyRecord, Movement
@@ -320,3 +323,81 @@ def test_a_key_still_within_its_lease_is_not_settled(
     assert settled == []
     assert the_key().status == "completed"
     assert len(payments.refunds()) == 1
+
+
+# The reconciliation page -------------------------------------------------------------------
+
+
+@pytest.fixture
+def reviewer_browser(client: Any) -> Any:
+    from approvals.reviewers import REVIEWERS_GROUP
+
+    rita = User.objects.create_user("rita", password="pw")
+    rita.groups.add(Group.objects.get_or_create(name=REVIEWERS_GROUP)[0])
+    assert client.login(username="rita", password="pw")
+    return client
+
+
+def lost_answer(payments: PaymentsServer, agent: Agent) -> str:
+    payments.arm(lose_after_commit=10)
+    assert refund(agent).data["outcome"] == "unknown"
+    payments.arm()
+    return the_key().key
+
+
+def test_the_reconciliation_page_lists_a_direct_unknown_outcome_and_settles_it(
+    payments_honouring: PaymentsServer, agent: Agent, reviewer_browser: Any
+) -> None:
+    key = lost_answer(payments_honouring, agent)
+    page = reviewer_browser.get(reverse("approvals:reconciliation"))
+    settle = reverse("approvals:settle_outcome", args=[key])
+
+    answered = reviewer_browser.post(settle, {"next": "/approvals/reconciliation/"}, follow=True)
+
+    listed = page.content.decode()
+    assert key in listed and "Refund payment" in listed and "PAY-1" in listed
+    assert settle in listed
+    shown = answered.content.decode()
+    assert "took effect" in shown and key not in shown
+    assert the_key().status == "completed"
+    assert refund(agent).replayed
+    assert len(payments_honouring.refunds()) == 1
+    assert money_counted() == 2_500
+
+
+def test_settling_from_the_page_is_for_reviewers_by_post_with_csrf_on_a_direct_call(
+    payments_honouring: PaymentsServer, agent: Agent, reviewer_browser: Any, client: Any
+) -> None:
+    key = lost_answer(payments_honouring, agent)
+    settle = reverse("approvals:settle_outcome", args=[key])
+    outsider = User.objects.create_user("olga", password="pw")
+    stranger = Client()
+    insider = Client(enforce_csrf_checks=True)
+    insider.force_login(User.objects.get(username="rita"))
+    other = Client()
+    other.force_login(outsider)
+    IdempotencyRecord.objects.create(
+        key="f" * 64,
+        agent=agent,
+        session_id="s-9",
+        tool="refund_payment",
+        status="unknown",
+        confirmation_id="c" * 32,
+        created_at=timezone.now(),
+        updated_at=timezone.now(),
+    )
+
+    anonymous = stranger.post(settle)
+    not_a_reviewer = other.post(settle)
+    without_csrf = insider.post(settle)
+    by_get = reviewer_browser.get(settle)
+    no_such = reviewer_browser.post(reverse("approvals:settle_outcome", args=["0" * 64]))
+    held = reviewer_browser.post(reverse("approvals:settle_outcome", args=["f" * 64]))
+
+    assert anonymous.status_code == 302 and "login" in anonymous["Location"]
+    assert not_a_reviewer.status_code == 403
+    assert without_csrf.status_code == 403
+    assert by_get.status_code == 405
+    assert (no_such.status_code, held.status_code) == (404, 404)
+    assert IdempotencyRecord.objects.get(pk=key).status == "unknown"
+    assert payments_honouring.state().get("lookups", 0) == 0
