@@ -37,6 +37,7 @@ from dispatch.models import Confirmation, ConfirmationStatus, IdempotencyRecord
 from dispatch.outcomes import outcome_settle
 from dispatch.pipeline.state import KeyStatus
 from dispatch.security import page_origin, security_event_record
+from upstreams.drift_records import drifts_open
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,8 @@ def queue(request: HttpRequest) -> HttpResponse:
         "stuck_after_minutes": settings.TOOLGATE_STUCK_AFTER_MINUTES,
         # A channel that keeps failing, for the administrators who can fix it.
         "failing_channels": failing_channels() if reader.is_staff else [],
+        # So is an upstream whose answers or tools moved away from its declarations.
+        "drifting_upstreams": drifts_open() if reader.is_staff else [],
         "slack_configured": bool(settings.SLACK_SIGNING_SECRET),
     }
     if getattr(request, "htmx", False):
