@@ -93,7 +93,11 @@ def what_is_held() -> str:
 
 
 def unknown_count() -> int:
-    return Confirmation.objects.filter(status=ConfirmationStatus.UNKNOWN).count()
+    """Executions whose outcome is unknown: held calls', and direct calls' to upstreams."""
+    held = Confirmation.objects.filter(status=ConfirmationStatus.UNKNOWN).count()
+    if not any(spec.remote for spec in tool_registry):
+        return held
+    return held + unsettled_queryset(older_than=timedelta(0), readable_only=False).count()
 
 
 # What a reviewer is asked about ------------------------------------------------------------

@@ -247,7 +247,7 @@ class Upstream:
                     upstream=self.name,
                     tool=operation_id,
                     kind=ANSWER_SHAPE,
-                    detail=f"its answer does not match the declared shape ({fields})",
+                    detail=f"fields {fields}",
                 )
             raise UpstreamBadAnswer(
                 self.name,

@@ -165,7 +165,7 @@ class McpUpstream:
                     upstream=self.name,
                     tool=tool,
                     kind=TOOL_MISSING,
-                    detail="not listed by the server when Toolgate connected",
+                    detail="the server did not list it when Toolgate connected",
                 )
             raise UpstreamDown(self.name, f"it no longer offers {', '.join(missing)}")
         self._stack, self._portal, self._session = stack, portal, session
