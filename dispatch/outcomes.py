@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from dispatch.models import IdempotencyRecord
@@ -57,7 +57,7 @@ def settleable(spec: ToolSpec[Any] | None) -> bool:
 
 def unsettled_queryset(
     *, older_than: timedelta, now: datetime | None = None, readable_only: bool = True
-) -> Any:
+) -> QuerySet[IdempotencyRecord]:
     """Direct calls of tools that can be asked (or, not `readable_only`, of every remote tool)
     whose outcome is unknown, or whose effect has been in progress past its lease (its process
     died), untouched for `older_than`."""
