@@ -465,7 +465,8 @@ def settle_outcome(request: HttpRequest, key: str) -> HttpResponse:
         messages.info(
             request,
             "Nothing to settle now: it is settled already, its process may still be making it, "
-            "or someone else is asking.",
+            "someone else is asking, or its tool declares no read of its outcome (the same call "
+            "sent again settles it).",
         )
     else:
         level, words = _SETTLED_WORDS.get(

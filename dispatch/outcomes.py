@@ -94,17 +94,22 @@ def outcomes_settle(*, older_than: timedelta, now: datetime | None = None) -> li
 def outcome_settle(*, key: str) -> Settled | None:
     """Ask the tool's read about one key, and settle the key as it answers; None if another
     settler holds it now."""
+    tool = IdempotencyRecord.objects.filter(pk=key).values_list("tool", flat=True).first()
+    spec = None if tool is None else tool_registry.get(tool)
+    if spec is None or not settleable(spec):
+        return None
     lease = _take(key)
     if lease is None:
         return None
     record, until = lease
-    spec = tool_registry.get(record.tool)
-    if spec is None or not settleable(spec):
-        return Settled(key, record.tool, KeyStatus.UNKNOWN.value)
     try:
         # Read before any lock is taken: the system of record may be across a network.
         outcome = _read(spec, record)
     except OutcomeUnknownError:
+        # Left as it was, at once free for the same call or the next settler.
+        IdempotencyRecord.objects.filter(pk=key, lease_until=until).update(
+            lease_until=timezone.now()
+        )
         return Settled(key, record.tool, KeyStatus.UNKNOWN.value)
     with transaction.atomic(), connection.cursor() as cursor:
         locked = IdempotencyRecord.objects.select_for_update().get(pk=key)

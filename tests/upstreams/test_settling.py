@@ -310,6 +310,24 @@ def test_a_write_declared_by_its_arguments_never_made_is_settled_open_with_its_m
     assert Movement.objects.get(key=key).released_at is not None
 
 
+def test_an_upstream_that_cannot_be_read_leaves_the_key_unknown_and_free_to_settle_again(
+    payments_honouring: PaymentsServer, agent: Agent
+) -> None:
+    payments_honouring.arm(lose_after_commit=10)
+    refund(agent)
+    key = the_key().key
+    payments_honouring.kill()
+
+    away = outcome_settle(key=key)
+    payments_honouring.start()
+    back = outcome_settle(key=key)
+
+    assert away is not None and away.status == "unknown"
+    assert back is not None and back.status == "completed"
+    assert len(payments_honouring.refunds()) == 1
+    assert money_counted() == 2_500
+
+
 def test_a_key_still_within_its_lease_is_not_settled(
     payments: PaymentsServer, agent: Agent
 ) -> None:
