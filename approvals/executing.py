@@ -35,6 +35,7 @@ from dispatch.held_money import (
     held_money_released,
 )
 from dispatch.models import Confirmation, ConfirmationStatus
+from dispatch.outcomes import outcome_read, settleable
 from dispatch.pipeline import codes
 from dispatch.pipeline.edits import edited_result
 from dispatch.pipeline.engine import RetryPolicy, execute_with_retries
@@ -299,11 +300,18 @@ def confirmation_reconcile(*, confirmation_id: str, reviewer: User) -> Confirmat
             confirmation,
         )
     spec = tool_registry.get(confirmation.tool)
-    if spec is None or spec.outcome_of is None:
+    if spec is None or not settleable(spec):
         raise NotReconcilable(f"{confirmation.tool} cannot be asked for its outcome.", confirmation)
     now = timezone.now()
     try:
-        outcome = spec.outcome_of(confirmation.execution_key)
+        # By its key, or (a write declared by its arguments) by what was approved.
+        outcome = outcome_read(
+            spec,
+            key=confirmation.execution_key,
+            arguments=confirmation.arguments,
+            customer_id=confirmation.customer_id,
+            agent_id=str(confirmation.agent_id),
+        )
     except OutcomeUnknownError:
         # The system of record could not be read (an upstream down): still unknown.
         raise NotReconcilable(

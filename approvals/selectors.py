@@ -31,6 +31,7 @@ from approvals.reviewers import REVIEWERS_GROUP as REVIEWERS_GROUP
 from dispatch.held_money import HeldStanding, held_money_of, held_money_standing
 from dispatch.models import AuditRecord, Confirmation, ConfirmationStatus, Movement
 from dispatch.money import major_units, money
+from dispatch.outcomes import settleable, unsettled_queryset
 from dispatch.pipeline.allowance import HELD, HeldSum
 from dispatch.pipeline.decision import ApprovalNeeds as ApprovalNeeds
 from dispatch.pipeline.decision import (
@@ -92,7 +93,11 @@ def what_is_held() -> str:
 
 
 def unknown_count() -> int:
-    return Confirmation.objects.filter(status=ConfirmationStatus.UNKNOWN).count()
+    """Executions whose outcome is unknown: held calls', and direct calls' to upstreams."""
+    held = Confirmation.objects.filter(status=ConfirmationStatus.UNKNOWN).count()
+    if not any(spec.remote for spec in tool_registry):
+        return held
+    return held + unsettled_queryset(older_than=timedelta(0), readable_only=False).count()
 
 
 # What a reviewer is asked about ------------------------------------------------------------
@@ -638,6 +643,68 @@ def reconciliation_items(*, reader: User) -> list[ReviewItem]:
         .order_by("finished_at", "created_at")
     )
     return review_items(unknown, reader=reader, with_events=True)
+
+
+@dataclass(frozen=True, slots=True)
+class DirectOutcome:
+    """A direct call (held by no one) whose effect on its system of record may or may not have
+    happened: its answer was lost, or its process died while the upstream had it."""
+
+    key: str
+    tool_label: str
+    amount: str
+    subject: str
+    customer_id: str
+    agent: str
+    # unknown, or in_progress (its process died: its lease ran out).
+    status: str
+    since: datetime
+    # Whether its tool declares a read that settles it (by key or by arguments).
+    readable: bool
+
+
+# The most direct outcomes the reconciliation page lists: the oldest first.
+DIRECT_OUTCOMES_SHOWN = 100
+
+
+def direct_outcomes() -> list[DirectOutcome]:
+    records = list(
+        unsettled_queryset(older_than=timedelta(0), readable_only=False).select_related("agent")[
+            :DIRECT_OUTCOMES_SHOWN
+        ]
+    )
+    moved = {
+        movement.key: movement
+        for movement in Movement.objects.filter(
+            key__in=[record.key for record in records], released_at=None
+        )
+    }
+    outcomes = []
+    for record in records:
+        spec = tool_registry.get(record.tool)
+        movement = moved.get(record.key)
+        call = record.remote_call if isinstance(record.remote_call, Mapping) else {}
+        arguments = call.get("arguments") if isinstance(call.get("arguments"), Mapping) else {}
+        assert isinstance(arguments, Mapping)
+        subject = ""
+        if spec is not None and spec.subject_field:
+            subject = str(arguments.get(spec.subject_field, ""))
+        outcomes.append(
+            DirectOutcome(
+                key=record.key,
+                tool_label=spec.title if spec else record.tool,
+                amount=money(movement.amount_cents, movement.currency) if movement else "",
+                subject=subject or (movement.subject if movement else ""),
+                customer_id=str(
+                    call.get("customer_id") or (movement.customer_id if movement else "")
+                ),
+                agent=record.agent.name,
+                status=record.status,
+                since=record.updated_at,
+                readable=settleable(spec),
+            )
+        )
+    return outcomes
 
 
 def earlier_calls(confirmation: Confirmation) -> list[AuditRecord]:

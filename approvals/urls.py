@@ -9,6 +9,7 @@ urlpatterns = [
     path("list/", views.triage, name="triage"),
     path("history/", views.history, name="history"),
     path("reconciliation/", views.reconciliation, name="reconciliation"),
+    path("reconciliation/<slug:key>/settle", views.settle_outcome, name="settle_outcome"),
     path("mail/<str:token>/", channel_views.mail_link, name="mail_link"),
     path("slack/actions", channel_views.slack_actions, name="slack_actions"),
     path("slack/commands", channel_views.slack_commands, name="slack_commands"),

@@ -6,6 +6,7 @@ refusals (someone else decided first, the item expired) are shown as messages, n
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -32,8 +33,13 @@ from approvals.notifications import failing_channels
 from approvals.provider_check import ProviderUserGone
 from approvals.reviewers import REVIEWERS_GROUP, is_reviewer
 from approvals.tables import ConfirmationTable, TriageTable
-from dispatch.models import Confirmation, ConfirmationStatus
+from dispatch.models import Confirmation, ConfirmationStatus, IdempotencyRecord
+from dispatch.outcomes import outcome_settle
+from dispatch.pipeline.state import KeyStatus
 from dispatch.security import page_origin, security_event_record
+from upstreams.drift_records import drifts_open
+
+logger = logging.getLogger(__name__)
 
 HISTORY_PAGE_SIZE = 25
 # What the history lists of a held call: when and how it was decided, and its details.
@@ -89,6 +95,8 @@ def queue(request: HttpRequest) -> HttpResponse:
         "stuck_after_minutes": settings.TOOLGATE_STUCK_AFTER_MINUTES,
         # A channel that keeps failing, for the administrators who can fix it.
         "failing_channels": failing_channels() if reader.is_staff else [],
+        # So is an upstream whose answers or tools moved away from its declarations.
+        "drifting_upstreams": drifts_open() if reader.is_staff else [],
         "slack_configured": bool(settings.SLACK_SIGNING_SECRET),
     }
     if getattr(request, "htmx", False):
@@ -408,10 +416,64 @@ def reconciliation(request: HttpRequest) -> HttpResponse:
         "approvals/reconciliation.html",
         {
             "items": selectors.reconciliation_items(reader=_reader(request)),
+            "direct": selectors.direct_outcomes(),
             "what_is_held": selectors.what_is_held(),
             "next": reverse("approvals:reconciliation"),
         },
     )
+
+
+# What a person is told once a direct call's outcome was asked for, by what the key became.
+_SETTLED_WORDS = {
+    KeyStatus.COMPLETED: (
+        messages.SUCCESS,
+        "The system of record has it: {tool} took effect, and the same call now gets its result.",
+    ),
+    KeyStatus.OPEN: (
+        messages.SUCCESS,
+        "The system of record has nothing of it: {tool} did not take effect and its money no "
+        "longer counts. The same call may be sent again.",
+    ),
+    KeyStatus.UNKNOWN: (
+        messages.ERROR,
+        "The system of record of {tool} could not be asked now; it stays unknown. Try again "
+        "shortly.",
+    ),
+    KeyStatus.IN_PROGRESS: (
+        messages.INFO,
+        "The same call was sent again and is finishing {tool} now.",
+    ),
+}
+
+
+@require_POST
+@reviewer_required
+def settle_outcome(request: HttpRequest, key: str) -> HttpResponse:
+    """Ask a direct call's system of record what became of it, and settle its key."""
+    record = IdempotencyRecord.objects.filter(pk=key, confirmation_id="").first()
+    if record is None:
+        raise Http404("No such direct call.")
+    settled = outcome_settle(key=key)
+    logger.info(
+        "outcome of %s %s asked by %s: %s",
+        record.tool,
+        key[:12],
+        _reader(request).username,
+        settled.status if settled is not None else "not settleable now",
+    )
+    if settled is None:
+        messages.info(
+            request,
+            "Nothing to settle now: it is settled already, its process may still be making it, "
+            "someone else is asking, or its tool declares no read of its outcome (the same call "
+            "sent again settles it).",
+        )
+    else:
+        level, words = _SETTLED_WORDS.get(
+            KeyStatus(settled.status), _SETTLED_WORDS[KeyStatus.UNKNOWN]
+        )
+        messages.add_message(request, level, words.format(tool=settled.tool))
+    return HttpResponseRedirect(_next(request, reverse("approvals:reconciliation")))
 
 
 def _existing(confirmation_id: str) -> None:

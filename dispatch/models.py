@@ -181,6 +181,12 @@ class IdempotencyRecord(models.Model):
     confirmation_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
+    # A remote write's (ToolSpec.remote), from when its effect begins: until when the process
+    # making it may still be at it (after that an identical call, or settle_outcomes, takes it
+    # over), and the call (its arguments, customer and agent) for a read that finds its effect
+    # by its arguments (ToolSpec.effect_of).
+    lease_until = models.DateTimeField(null=True, blank=True)
+    remote_call = models.JSONField(null=True, blank=True)
 
     class Meta:
         indexes = [

@@ -5,16 +5,17 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, connections, transaction
+from django.utils import timezone
 
-from dispatch.models import Agent, CallChannel, Policy
-from dispatch.pipeline.engine import Limits, Pipeline, PreparedCall
+from dispatch.models import Agent, CallChannel, IdempotencyRecord, Policy
+from dispatch.pipeline.engine import Limits, PendingEffect, Pipeline, PreparedCall
 from dispatch.pipeline.policy import CurrencyLimits, HumanRule
 from dispatch.pipeline.results import CallResult
 from dispatch.pipeline.tools import ToolCall
@@ -280,6 +281,7 @@ def _remote_write(
             if on_result is not None:
                 on_result(opened)
             return opened
+        _effect_lease(opened)
     execution = pipeline.effect_make(opened)
     with transaction.atomic(), connection.cursor() as cursor:
         state = OrmState(cursor, tool_registry, channel=channel)
@@ -287,3 +289,17 @@ def _remote_write(
         if on_result is not None:
             on_result(result)
         return result
+
+
+def _effect_lease(effect: PendingEffect) -> None:
+    """A remote write's lease and call, committed with its key in progress: an identical call
+    after the lease takes the key over, and settle_outcomes finds its effect by its arguments."""
+    checked, call = effect.claimed.checked, effect.prepared.call
+    IdempotencyRecord.objects.filter(pk=checked.key).update(
+        lease_until=timezone.now() + timedelta(seconds=checked.spec.lease_seconds),
+        remote_call={
+            "arguments": dict(checked.validated),
+            "customer_id": call.customer_id,
+            "agent_id": call.agent_id,
+        },
+    )

@@ -27,6 +27,8 @@ from urllib.parse import quote, urlencode, urlsplit
 import urllib3
 from pydantic import BaseModel, ValidationError
 
+from upstreams.drift_records import ANSWER_SHAPE, drift_record
+
 logger = logging.getLogger(__name__)
 
 Answer = TypeVar("Answer", bound=BaseModel)
@@ -238,10 +240,18 @@ class Upstream:
         except ValidationError as error:
             # Which fields, never their values: the answer may hold what must not be repeated.
             where = sorted({".".join(map(str, e["loc"])) or e["type"] for e in error.errors()})
+            fields = upstream_words(", ".join(where[:5]))
+            if not any(e["type"] == "json_invalid" for e in error.errors()):
+                # JSON of another shape: the upstream's contract moved (not a garbled answer).
+                drift_record(
+                    upstream=self.name,
+                    tool=operation_id,
+                    kind=ANSWER_SHAPE,
+                    detail=f"fields {fields}",
+                )
             raise UpstreamBadAnswer(
                 self.name,
-                f"its answer to {operation_id} does not match the declared shape "
-                f"({upstream_words(', '.join(where[:5]))})",
+                f"its answer to {operation_id} does not match the declared shape ({fields})",
             ) from None
 
     def _url(self, operation: Operation, path: Mapping[str, str], query: Mapping[str, str]) -> str:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from pydantic import BaseModel, ValidationError
 
+from upstreams.drift_records import TOOL_MISSING, drift_record
 from upstreams.http import (
     UpstreamBadAnswer,
     UpstreamDown,
@@ -159,6 +160,13 @@ class McpUpstream:
         if missing:
             stack.close()
             logger.warning("upstream %s drifted: %s no longer offered", self.name, missing)
+            for tool in missing:
+                drift_record(
+                    upstream=self.name,
+                    tool=tool,
+                    kind=TOOL_MISSING,
+                    detail="the server did not list it when Toolgate connected",
+                )
             raise UpstreamDown(self.name, f"it no longer offers {', '.join(missing)}")
         self._stack, self._portal, self._session = stack, portal, session
         return session, portal

@@ -9,7 +9,8 @@ failure of the upstream one of the pipeline's answers, and the start-up rules en
   read that finds the effect made under a key (or, as an UpstreamWrite, `effect_of`, which finds
   it by the call's arguments); its handler then asks that read before it sends, so that a call
   sent again (a retry, a lost answer, a lease taken over) finds its first effect;
-- a writing tool's outcome read is declared wherever it exists, for the reconciliation.
+- a writing tool's outcome read (by key, or by arguments) is declared wherever it exists, for
+  the reconciliation; and its lease, the longest its effect may take on this upstream.
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ UPSTREAM_READ_FAILED = Code(
     True,
 )
 UPSTREAM_CODES = (UPSTREAM_REFUSED, UPSTREAM_BAD_ANSWER, UPSTREAM_READ_FAILED)
+# The attempts of one write (the pipeline's RetryPolicy), and an upstream's time budget where its
+# declaration gives none: what a write's lease is made of.
+WRITE_ATTEMPTS = 3
+DEFAULT_TIMEOUT_SECONDS = 10.0
 
 
 class Connected(Protocol):
@@ -82,7 +87,9 @@ class UpstreamWrite:
     """A writing tool whose effect is found by its arguments rather than by its key alone (an
     upstream that stores no key of Toolgate's: a cancelled order is this call's cancellation, its
     check having found the order pending). Every attempt reads it before it sends; a call left
-    unknown is settled by the same call sent again, not by `settle_outcomes`."""
+    unknown, or in progress by a process that died, is settled by the same read: from the same
+    call sent again, `settle_outcomes` or the reconciliation page (the call's arguments are kept
+    with its key)."""
 
     spec: ToolSpec[Any]
     effect_of: EffectOf
@@ -112,8 +119,12 @@ def upstream_tools(
                 check=None if spec.check is None else _checked(upstream, spec.check),
                 handler=_handled(upstream, spec, effect_of),
                 outcome_of=None if spec.outcome_of is None else _outcome(spec.outcome_of),
+                effect_of=(
+                    _effect(tool.effect_of) if isinstance(tool, UpstreamWrite) else spec.effect_of
+                ),
                 codes=tuple(dict.fromkeys((*spec.codes, *UPSTREAM_CODES))),
                 remote=spec.writes,
+                lease_seconds=lease_seconds(upstream),
             )
         )
     return tuple(made)
@@ -196,6 +207,24 @@ def _outcome(
             raise OutcomeUnknownError(str(fault)) from None
 
     return upstream_outcome
+
+
+def _effect(effect_of: EffectOf) -> EffectOf:
+    def upstream_effect(arguments: Any, context: ExecutionContext) -> Mapping[str, Any] | None:
+        try:
+            return effect_of(arguments, context)
+        except UpstreamFault as fault:
+            raise OutcomeUnknownError(str(fault)) from None
+
+    return upstream_effect
+
+
+def lease_seconds(upstream: Connected) -> float:
+    """How long a write's effect on the upstream may take: every attempt (RetryPolicy's) given
+    its time budget to connect and then to answer, and a second to spare."""
+    declared = getattr(upstream, "declared", None)
+    seconds = float(getattr(declared, "timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
+    return WRITE_ATTEMPTS * 2 * seconds + 1.0
 
 
 def _refusal(refusal: UpstreamRefusal) -> Rejection:

@@ -555,8 +555,11 @@ class Pipeline:
         """Settle a remote write as its effect answered, and write the call's audit record."""
         result, status = execution
         key = effect.claimed.checked.key
-        if effect.money is not None and status is _KEY_OPEN:
-            # Certainly not made: the money it reserved is free again.
+        if status is _KEY_OPEN and (
+            effect.money is not None or effect.claimed.checked.spec.money is not None
+        ):
+            # Certainly not made: the money it reserved (this call, or the one it finishes) is
+            # free again.
             state.release_allowance(key)
         stored = result.as_dict() if status is _KEY_COMPLETED else None
         effect.trace.settlement = Settlement(key, status, stored)

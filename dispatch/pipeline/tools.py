@@ -187,6 +187,14 @@ class ToolSpec(Generic[Args]):
     # its key, in progress, are committed before the handler runs, and nothing is locked across
     # it; the call is settled in a transaction of its own once the handler answered.
     remote: bool = False
+    # A remote write's time budget: the longest its effect may take, retries included. Its key
+    # in progress longer than this was left by a process that died during the effect: an
+    # identical call takes it over, reading what happened before it sends again.
+    lease_seconds: float = 60.0
+    # What the system of record did for one call, found by its arguments rather than by its key
+    # alone (an upstream that stores no key of Toolgate's), or None if nothing: how a remote
+    # write with no outcome_of is settled.
+    effect_of: Callable[[Any, ExecutionContext], Mapping[str, Any] | None] | None = None
     # The arguments a reviewer may change before approving a held call, each with its rule
     # (dispatch/pipeline/edits.py); none: it is approved or rejected as the model asked.
     editable: tuple[Editable, ...] = ()

@@ -65,9 +65,18 @@ MOVE_KEY = """
     WHERE key = %(key)s AND status = %(status)s
 """
 
+# A remote write's key in progress whose lease ran out (its process died during the effect):
+# taken over by the one identical call that moves it first; the taker's effect sets a new lease.
+TAKE_OVER = """
+    UPDATE dispatch_idempotencyrecord SET lease_until = NULL
+    WHERE key = %(key)s AND status = 'in_progress' AND lease_until < %(now)s
+"""
+
+# A key settled is held by no process any more: a remote write's lease ends with it.
 SETTLE = """
     UPDATE dispatch_idempotencyrecord
-    SET status = %(settled_status)s, result = %(settled_result)s, updated_at = %(settled_at)s
+    SET status = %(settled_status)s, result = %(settled_result)s, updated_at = %(settled_at)s,
+        lease_until = NULL
     WHERE key = %(settled_key)s
 """
 

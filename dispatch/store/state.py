@@ -231,6 +231,10 @@ class OrmState:
                     self.cursor.execute(sql.CLAIM, params)
                     row = _one(fetch_row(self.cursor))
                     continue
+            if verdict is Verdict.IN_PROGRESS and self._taken_over(request.key):
+                # Its effect may have been made: the call finishes it as an unknown one, reading
+                # what happened before it sends again.
+                return Claim(Verdict.OWNED, attempts, previous=KeyStatus.UNKNOWN)
             confirmation_id = row["key_confirmation_id"]
             held = verdict is Verdict.HELD and confirmation_id
             return Claim(
@@ -240,6 +244,11 @@ class OrmState:
                 result=_as_json(row["key_result"]),
                 confirmation=_pending(confirmation_id) if held else None,
             )
+
+    def _taken_over(self, key: str) -> bool:
+        """Whether this call took over a key in progress whose lease ran out."""
+        self.cursor.execute(sql.TAKE_OVER, {"key": key, "now": _db_time(_now())})
+        return bool(self.cursor.rowcount == 1)
 
     @_raises_store_unavailable
     def settle(self, settlement: Settlement) -> None:

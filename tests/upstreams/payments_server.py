@@ -160,6 +160,9 @@ def handler_for(payments: Payments, token: str) -> type[BaseHTTPRequestHandler]:
             if url.path == "/refunds":
                 reference = parse_qs(url.query).get("client_reference", [""])[0]
                 with payments.lock:
+                    # How often it was asked for a write's effect by reference.
+                    payments.state["lookups"] = payments.state.get("lookups", 0) + 1
+                    payments.save()
                     refunds = [
                         r for r in payments.state["refunds"] if r["client_reference"] == reference
                     ]

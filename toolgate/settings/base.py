@@ -316,6 +316,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "dispatch.tasks.records_prune_task",
         "schedule": env.float("TOOLGATE_RETENTION_SECONDS", default=3600.0),
     },
+    # Direct calls whose outcome is unknown, or whose process died during the upstream's call,
+    # settled by their tool's read (dispatch/outcomes.py): two workers at once settle each once.
+    "settle-outcomes": {
+        "task": "dispatch.tasks.outcomes_settle_task",
+        "schedule": env.float("TOOLGATE_OUTCOMES_SETTLE_SECONDS", default=60.0),
+    },
     # The books checked over what changed since the last runs, and in full now and then: a
     # tampering UPDATE leaves nothing new to follow (books/reconciler.py).
     "check-books": {
@@ -328,6 +334,11 @@ CELERY_BEAT_SCHEDULE = {
         "kwargs": {"full": True},
     },
 }
+# settle-outcomes settles a key left unknown (or in progress past its lease) this long ago: longer
+# than an agent's own retry of the same call takes, which settles it first.
+TOOLGATE_OUTCOMES_OLDER_THAN_SECONDS = env.float(
+    "TOOLGATE_OUTCOMES_OLDER_THAN_SECONDS", default=120.0
+)
 # A fill counts the calls and decisions that arrived longer ago than this: any later one may still
 # be committing. Keep it above the longest a call runs (gunicorn's timeout, 30 s, ends the others).
 TOOLGATE_ROLLUP_LAG_SECONDS = env.float("TOOLGATE_ROLLUP_LAG_SECONDS", default=60.0)

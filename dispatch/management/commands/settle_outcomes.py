@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from dispatch.outcomes import outcomes_settle
@@ -20,10 +21,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--older-than",
-            type=int,
-            default=300,
+            type=float,
+            default=settings.TOOLGATE_OUTCOMES_OLDER_THAN_SECONDS,
             metavar="SECONDS",
-            help="only keys untouched this long (longer than a call's retries take; default 300)",
+            help="only keys untouched this long, or in progress this long past their lease "
+            "(default TOOLGATE_OUTCOMES_OLDER_THAN_SECONDS, 120)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
