@@ -275,7 +275,7 @@ class McpUpstream:
 
     def _called(self, tool: str, sent: dict[str, Any], meta: dict[str, Any] | None) -> Any:
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST, REQUEST_TIMEOUT
+        from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, INVALID_REQUEST, REQUEST_TIMEOUT
 
         for attempt in (1, 2):
             session, portal = self._connected()
@@ -294,21 +294,23 @@ class McpUpstream:
                 )
             except MCPError as error:
                 code = error.code
-                if code == INVALID_REQUEST and "terminated" in error.message and attempt == 1:
-                    # Its session is gone (the server started again): the call was not taken.
-                    self._log(tool, "session ended")
+                if code == INVALID_REQUEST and attempt == 1:
+                    # Not taken as a request: its session is gone (the server started again,
+                    # or forgot it). Sent once more, on a new session.
+                    self._log(tool, "session refused")
                     self._close()
                     continue
                 if code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
                     self._log(tool, "no answer")
                     self._close()
                     raise UpstreamNoAnswer(self.name, "it did not answer in time") from None
-                if code == INTERNAL_ERROR:
-                    self._log(tool, "server error")
-                    raise UpstreamFailed(self.name, "it answered with an error") from None
-                raise UpstreamRefusal(
-                    self.name, TOOL_ERROR, upstream_words(error.message)
-                ) from None
+                if code == INVALID_PARAMS:
+                    raise UpstreamRefusal(
+                        self.name, TOOL_ERROR, upstream_words(error.message) or "it refused"
+                    ) from None
+                # Any other error answer: the request was not carried out.
+                self._log(tool, f"error {code}")
+                raise UpstreamFailed(self.name, "it answered with an error") from None
             except RuntimeError:
                 # The SDK found its structured answer unlike the output schema it lists.
                 raise UpstreamBadAnswer(

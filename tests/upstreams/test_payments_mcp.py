@@ -9,6 +9,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Iterator
+from datetime import timedelta
 from io import StringIO
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from dispatch.models import Agent, AuditRecord, IdempotencyRecord
+from dispatch.outcomes import outcomes_settle
 from dispatch.pipeline.results import CallResult
 from dispatch.registry import tool_registry
 from tests.conftest import MakeAgent
@@ -39,6 +41,11 @@ def agent(make_agent: MakeAgent) -> Agent:
 def one_mcp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[McpPaymentsServer]:
     """The variant that takes no key, for what does not depend on the key."""
     yield from mcp_registered(tmp_path, monkeypatch, "none")
+
+
+@pytest.fixture
+def keyed_mcp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[McpPaymentsServer]:
+    yield from mcp_registered(tmp_path, monkeypatch, "meta")
 
 
 @pytest.fixture
@@ -118,6 +125,37 @@ def test_a_server_killed_mid_call_refunds_once_when_it_is_back(
     assert len(payments_mcp.refunds()) == 1
     assert payments_mcp.state()["payments"]["PAY-1"]["refunded_cents"] == 2_500
     assert money_counted() == 2_500
+
+
+def test_answers_lost_every_time_stay_unknown_until_the_outcome_read_settles_them(
+    keyed_mcp: McpPaymentsServer, agent: Agent
+) -> None:
+    keyed_mcp.arm(lose_after_commit=10)
+
+    lost = refund(agent)
+
+    assert (lost.code, lost.data["outcome"]) == ("UPSTREAM_UNAVAILABLE", "unknown")
+    assert money_counted() == 2_500
+    keyed_mcp.arm()
+    settled = outcomes_settle(older_than=timedelta(0))
+    assert [(s.tool, s.status) for s in settled] == [("refund_payment", "completed")]
+    assert refund(agent).replayed
+    assert len(keyed_mcp.refunds()) == 1
+    assert money_counted() == 2_500
+
+
+def test_a_server_started_again_between_calls_is_reached_on_a_new_session(
+    payments_mcp: McpPaymentsServer, agent: Agent
+) -> None:
+    assert call(agent, "get_payment", {"payment_id": "PAY-1"}).code == "OK"
+    payments_mcp.kill()
+    payments_mcp.start()
+
+    read = call(agent, "get_payment", {"payment_id": "PAY-1"})
+    write = refund(agent)
+
+    assert (read.code, write.code) == ("OK", "OK")
+    assert len(payments_mcp.refunds()) == 1
 
 
 def test_a_write_on_a_server_without_a_key_needs_an_outcome_read_to_start() -> None:
