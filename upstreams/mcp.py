@@ -311,8 +311,10 @@ class McpUpstream:
                 # Any other error answer: the request was not carried out.
                 self._log(tool, f"error {code}")
                 raise UpstreamFailed(self.name, "it answered with an error") from None
-            except RuntimeError:
-                # The SDK found its structured answer unlike the output schema it lists.
+            except RuntimeError as error:
+                if "structured content" not in str(error):
+                    raise UpstreamNoAnswer(self.name, "it did not answer in time") from None
+                # The SDK found its answer unlike the output schema the server lists.
                 raise UpstreamBadAnswer(
                     self.name, f"its answer to {tool} does not match its own schema"
                 ) from None

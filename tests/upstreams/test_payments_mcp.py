@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from io import StringIO
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -25,6 +26,7 @@ from tests.upstreams import payments_mcp as declarations
 from tests.upstreams.conftest import TOKEN, McpPaymentsServer, mcp_registered, wait_for
 from tests.upstreams.test_payments import call, in_thread, money_counted, refund
 from upstreams.mcp import McpUpstream, schema_drift
+from upstreams.registry import upstream_load
 from upstreams.tools import UpstreamDeclarationError, upstream_tools
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -166,6 +168,24 @@ def test_a_write_on_a_server_without_a_key_needs_an_outcome_read_to_start() -> N
         upstream_tools(upstream, specs)
     keyed = McpUpstream(declarations.payments_mcp_upstream(key="meta"))
     assert [s.name for s in upstream_tools(keyed, specs)] == ["get_payment", "refund_payment"]
+
+
+def test_a_declaration_must_say_one_place_for_the_key_and_review_every_tool(
+    tmp_path: Path,
+) -> None:
+    reviewed = json.loads(declarations.SCHEMAS.read_text())
+    del reviewed["list_refunds"]
+    partial = tmp_path / "schemas.json"
+    partial.write_text(json.dumps(reviewed))
+    module = SimpleNamespace(
+        UPSTREAM=dataclasses.replace(declarations.UPSTREAM, input_schemas=partial),
+        tools=declarations.tools,
+    )
+
+    with pytest.raises(UpstreamDeclarationError, match="input schemas lack list_refunds"):
+        upstream_load(module)
+    with pytest.raises(ValueError, match="one place"):
+        dataclasses.replace(declarations.UPSTREAM, idempotency_argument="idempotency_key")
 
 
 def test_a_server_that_is_down_is_a_retryable_answer(
