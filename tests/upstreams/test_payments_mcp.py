@@ -16,8 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 
-from dispatch.models import Agent, AuditRecord, IdempotencyRecord
+from dispatch.models import Agent, AuditRecord, IdempotencyRecord, Movement
 from dispatch.outcomes import outcomes_settle
 from dispatch.pipeline.results import CallResult
 from dispatch.registry import tool_registry
@@ -158,6 +159,31 @@ def test_a_server_started_again_between_calls_is_reached_on_a_new_session(
 
     assert (read.code, write.code) == ("OK", "OK")
     assert len(payments_mcp.refunds()) == 1
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="reads another connection's commits while the call is in flight",
+)
+def test_the_key_and_the_money_commit_before_the_server_is_called(
+    keyed_mcp: McpPaymentsServer, agent: Agent
+) -> None:
+    keyed_mcp.arm(slow_write=1, slow_seconds=1.5)
+    answered: list[CallResult] = []
+    caller = in_thread(lambda: answered.append(refund(agent)))
+
+    def committed() -> bool:
+        record = IdempotencyRecord.objects.filter(tool="refund_payment").first()
+        return record is not None and Movement.objects.filter(key=record.key).exists()
+
+    wait_for(committed)
+    in_flight = IdempotencyRecord.objects.get(tool="refund_payment").status
+    refunded_meanwhile = len(keyed_mcp.refunds())
+    caller.join(30)
+
+    assert (in_flight, refunded_meanwhile) == ("in_progress", 0)
+    assert answered[0].code == "OK"
+    assert len(keyed_mcp.refunds()) == 1
 
 
 def test_a_write_on_a_server_without_a_key_needs_an_outcome_read_to_start() -> None:
