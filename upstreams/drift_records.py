@@ -1,7 +1,8 @@
 """Drift found at run time, recorded for administrators (upstreams.models.UpstreamDrift).
 
 Called where a call meets it (an MCP upstream that no longer lists a declared tool when Toolgate
-connects; an answer that is not its declared shape). Recording never fails the call: a database
+connects or lists its tools again, or describes one's arguments differently; an answer that
+is not its declared shape). Recording never fails the call: a database
 that cannot take the row now leaves the log line, which is written either way.
 """
 
@@ -18,6 +19,7 @@ logger = logging.getLogger("upstreams.drift")
 # The kinds (upstreams.models.DriftKind).
 TOOL_MISSING = "tool_missing"
 ANSWER_SHAPE = "answer_shape"
+INPUT_SCHEMA = "input_schema"
 
 
 def drift_record(*, upstream: str, tool: str, kind: str, detail: str) -> None:

@@ -79,6 +79,11 @@ class UpstreamBadAnswer(UpstreamFault):
     """A success whose body is not JSON, or not the declared answer's shape."""
 
 
+class UpstreamChanged(UpstreamFault):
+    """The upstream no longer offers the tool as it was reviewed (removed, or its input schema
+    changed): the request was not sent."""
+
+
 def upstream_words(text: object) -> str:
     """What an upstream said, fit to repeat to a model or on a page: control characters out,
     at most MAX_WORDS characters, markup escaped."""

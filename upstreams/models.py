@@ -10,10 +10,12 @@ from upstreams import drift_records
 
 
 class DriftKind(models.TextChoices):
-    # A declared tool the upstream did not list when Toolgate connected: every call fails.
+    # A declared tool the upstream no longer lists: its calls are refused.
     TOOL_MISSING = drift_records.TOOL_MISSING, "Declared tool not offered"
     # A success whose body is not the declared answer's shape (a read refused, a write unknown).
     ANSWER_SHAPE = drift_records.ANSWER_SHAPE, "Answer not of the declared shape"
+    # A declared MCP tool whose arguments the server now describes differently: its calls refused.
+    INPUT_SCHEMA = drift_records.INPUT_SCHEMA, "Arguments described differently"
 
 
 class UpstreamDrift(models.Model):

@@ -2,12 +2,14 @@
 
 Each entry names a declarations module, which defines:
 
-- UPSTREAM: its HttpUpstream (upstreams.http);
+- UPSTREAM: its HttpUpstream (upstreams.http), or its McpStdioUpstream or McpHttpUpstream
+  (upstreams.mcp);
 - tools(upstream): its ToolSpecs, in the shape of a hosted tool's;
 - CURRENCIES (optional): the currencies its tools move money in.
 
 Only the tools a module declares are exposed, whatever else the upstream offers; each must name
-operations its reviewed OpenAPI document offers, or Toolgate does not start.
+operations its reviewed OpenAPI document offers (or tools its reviewed input schemas describe),
+or Toolgate does not start.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, Protocol
 
 from dispatch.pipeline.tools import ToolRegistry, ToolSpec
 from upstreams.http import HttpUpstream, Upstream
-from upstreams.mcp import McpStdioUpstream, McpUpstream
+from upstreams.mcp import McpHttpUpstream, McpStdioUpstream, McpUpstream
 from upstreams.tools import UpstreamDeclarationError, UpstreamWrite, upstream_tools
 
 
@@ -26,7 +28,7 @@ class Declarations(Protocol):
     """What a declarations module defines."""
 
     @property
-    def UPSTREAM(self) -> HttpUpstream | McpStdioUpstream: ...
+    def UPSTREAM(self) -> HttpUpstream | McpStdioUpstream | McpHttpUpstream: ...
 
     def tools(self, upstream: Any, /) -> Iterable[ToolSpec[Any] | UpstreamWrite]: ...
 
@@ -45,12 +47,13 @@ def upstream_load(module: Declarations | str) -> tuple[AnyUpstream, tuple[ToolSp
     declared = module.UPSTREAM
     upstream: AnyUpstream
     try:
-        if isinstance(declared, McpStdioUpstream):
-            # Connected on first use: a command run at start-up would run in every process.
+        if isinstance(declared, McpStdioUpstream | McpHttpUpstream):
+            # Connected on first use: a command run (or a connection opened) at start-up would
+            # be in every process.
             upstream = McpUpstream(declared)
         else:
             upstream = Upstream(declared)
-    except LookupError as error:
+    except (LookupError, ValueError) as error:
         raise UpstreamDeclarationError(str(error)) from None
     return upstream, upstream_tools(upstream, module.tools(upstream))
 

@@ -33,7 +33,7 @@ from dispatch.pipeline.tools import (
     ToolSpec,
     TransientError,
 )
-from upstreams.http import UpstreamBadAnswer, UpstreamFault, UpstreamRefusal
+from upstreams.http import UpstreamBadAnswer, UpstreamChanged, UpstreamFault, UpstreamRefusal
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,16 @@ UPSTREAM_READ_FAILED = Code(
     False,
     True,
 )
-UPSTREAM_CODES = (UPSTREAM_REFUSED, UPSTREAM_BAD_ANSWER, UPSTREAM_READ_FAILED)
+UPSTREAM_CHANGED = Code(
+    "UPSTREAM_CHANGED",
+    8,
+    "The upstream no longer offers this tool as it was reviewed (removed, or its arguments "
+    "described differently); nothing was sent to it, and its money no longer counts. It stays "
+    "refused until an administrator reviews the change.",
+    False,
+    False,
+)
+UPSTREAM_CODES = (UPSTREAM_REFUSED, UPSTREAM_BAD_ANSWER, UPSTREAM_READ_FAILED, UPSTREAM_CHANGED)
 # The attempts of one write (the pipeline's RetryPolicy), and an upstream's time budget where its
 # declaration gives none: what a write's lease is made of.
 WRITE_ATTEMPTS = 3
@@ -150,6 +159,8 @@ def _checked(
             return check(arguments, context)
         except UpstreamRefusal as refusal:
             return _refusal(refusal)
+        except UpstreamChanged as changed:
+            return _changed(changed)
         except UpstreamFault as fault:
             return Rejection(
                 UPSTREAM_READ_FAILED,
@@ -177,6 +188,8 @@ def _handled(
             return handler(arguments, context)
         except UpstreamRefusal as refusal:
             raise Refused(_refusal(refusal)) from None
+        except UpstreamChanged as changed:
+            raise Refused(_changed(changed)) from None
         except UpstreamBadAnswer as fault:
             if spec.writes:
                 # It answered with success, unreadably: the effect may be made.
@@ -233,6 +246,15 @@ def _refusal(refusal: UpstreamRefusal) -> Rejection:
         UPSTREAM_REFUSED,
         f"{refusal.upstream} refused it{status}: {refusal.words}",
         {"upstream": refusal.upstream, "status": refusal.status},
+    )
+
+
+def _changed(changed: UpstreamChanged) -> Rejection:
+    return Rejection(
+        UPSTREAM_CHANGED,
+        f"{changed.upstream} no longer offers this tool as it was reviewed ({changed.words}); "
+        "nothing was sent to it. Do not retry: tell the user it is unavailable for now.",
+        {"upstream": changed.upstream},
     )
 
 

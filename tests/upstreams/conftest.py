@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import urllib3
@@ -36,22 +36,17 @@ class PaymentsServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "tests.upstreams.payments_server",
-            "--state",
-            str(self.state_file),
-            "--token",
-            TOKEN,
-            "--port",
-            str(self.port),
-        ]
+    def command(self) -> list[str]:
+        command = [sys.executable, "-m", "tests.upstreams.payments_server"]
         if not self.honours_idempotency_key:
             command.append("--ignore-idempotency")
         if self.openapi is not None:
             command += ["--openapi", str(self.openapi)]
+        return command
+
+    def start(self) -> None:
+        command = self.command()
+        command += ["--state", str(self.state_file), "--token", TOKEN, "--port", str(self.port)]
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
@@ -74,7 +69,7 @@ class PaymentsServer:
         )
         return response.json()
 
-    def arm(self, **faults: float) -> None:
+    def arm(self, **faults: float | str) -> None:
         self._request("POST", "/_faults", faults)
 
     def state(self) -> dict[str, Any]:
@@ -83,6 +78,50 @@ class PaymentsServer:
 
     def refunds(self) -> list[dict[str, Any]]:
         return list(self.state()["refunds"])
+
+
+@dataclass
+class McpPaymentsServer(PaymentsServer):
+    """The payments MCP server over streamable HTTP; `key` is where it takes an idempotency key
+    (none, meta or argument)."""
+
+    key: str = "none"
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.url}/mcp"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "tests.upstreams.payments_mcp_server", "--key", self.key]
+
+
+@pytest.fixture(params=["meta", "none"], ids=["honours-key", "ignores-key"])
+def payments_mcp(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[McpPaymentsServer]:
+    """The payments MCP server, taking the key in its `_meta` or not at all, its tools
+    registered."""
+    yield from mcp_registered(tmp_path, monkeypatch, request.param)
+
+
+def mcp_registered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: Literal["none", "meta", "argument"]
+) -> Iterator[McpPaymentsServer]:
+    from tests.upstreams import payments_mcp as declarations
+
+    server = McpPaymentsServer(tmp_path / "payments.json", key != "none", key=key)
+    server.start()
+    monkeypatch.setenv("TOOLGATE_UPSTREAM_PAYMENTS_MCP_URL", server.endpoint)
+    monkeypatch.setenv("TOOLGATE_UPSTREAM_PAYMENTS_MCP_TOKEN", TOKEN)
+    monkeypatch.setattr(declarations, "UPSTREAM", declarations.payments_mcp_upstream(key=key))
+    try:
+        upstream_register(declarations, tool_registry)
+        try:
+            yield server
+        finally:
+            upstream_unregister("payments_mcp", tool_registry)
+    finally:
+        server.kill()
 
 
 def serve(

@@ -8,7 +8,7 @@ the write, and the read that finds a write's effect by its key (the client refer
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -117,10 +117,43 @@ class Refunds(BaseModel):
 
 
 def tools(upstream: Upstream) -> tuple[ToolSpec[Any], ...]:
-    def the_payment(payment_id: str, customer_id: str) -> Payment | None:
-        payment = upstream.read(
-            "getPayment", Payment, path={"payment_id": payment_id}, missing=True
+    def read_payment(payment_id: str) -> Payment | None:
+        return upstream.read("getPayment", Payment, path={"payment_id": payment_id}, missing=True)
+
+    def create_refund(arguments: RefundPaymentArguments, key: str) -> RefundMade:
+        return upstream.write(
+            "createRefund",
+            RefundMade,
+            key=key,
+            path={"payment_id": arguments.payment_id},
+            body={
+                "amount_cents": arguments.amount_cents,
+                "currency": arguments.currency,
+                "reason": arguments.reason,
+                # What the outcome read finds the effect by.
+                "client_reference": key,
+            },
         )
+
+    def refunds_under(key: str) -> Refunds:
+        found = upstream.read("listRefunds", Refunds, query={"client_reference": key})
+        assert found is not None
+        return found
+
+    return payment_tools(read_payment, create_refund, refunds_under)
+
+
+def payment_tools(
+    read_payment: Callable[[str], Payment | None],
+    create_refund: Callable[[RefundPaymentArguments, str], RefundMade],
+    refunds_under: Callable[[str], Refunds],
+) -> tuple[ToolSpec[Any], ...]:
+    """The payments tools, whichever way the upstream is reached: its payment by id (None if it
+    has none), a refund made under a key (stored as its client reference), and the refunds made
+    under a key."""
+
+    def the_payment(payment_id: str, customer_id: str) -> Payment | None:
+        payment = read_payment(payment_id)
         # Another customer's payment is answered like one that does not exist.
         return payment if payment is not None and payment.customer_id == customer_id else None
 
@@ -175,24 +208,10 @@ def tools(upstream: Upstream) -> tuple[ToolSpec[Any], ...]:
     def refund_payment(
         arguments: RefundPaymentArguments, context: ExecutionContext
     ) -> Mapping[str, Any]:
-        made = upstream.write(
-            "createRefund",
-            RefundMade,
-            key=context.idempotency_key,
-            path={"payment_id": arguments.payment_id},
-            body={
-                "amount_cents": arguments.amount_cents,
-                "currency": arguments.currency,
-                "reason": arguments.reason,
-                # What refund_outcome finds the effect by.
-                "client_reference": context.idempotency_key,
-            },
-        )
-        return answer_data(made)
+        return answer_data(create_refund(arguments, context.idempotency_key))
 
     def refund_outcome(key: str) -> Mapping[str, Any] | None:
-        found = upstream.read("listRefunds", Refunds, query={"client_reference": key})
-        assert found is not None
+        found = refunds_under(key)
         return answer_data(found.refunds[0]) if found.refunds else None
 
     return (

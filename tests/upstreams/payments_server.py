@@ -90,6 +90,45 @@ class Payments:
         scratch.write_text(json.dumps(self.state))
         scratch.replace(self.path)
 
+    def apply(self, payment_id: str, body: dict[str, Any]) -> tuple[int, Any]:
+        payment = self.state["payments"].get(payment_id)
+        if payment is None:
+            return 404, {"error": {"message": "no such payment"}}
+        amount = body.get("amount_cents")
+        if not isinstance(amount, int) or amount < 1:
+            return 422, {"error": {"message": "amount_cents must be a positive integer"}}
+        if body.get("currency") != payment["currency"]:
+            return 422, {"error": {"message": "currency differs from the payment's"}}
+        if payment["refunded_cents"] + amount > payment["amount_cents"]:
+            return 422, {"error": {"message": "amount is more than what is refundable"}}
+        payment["refunded_cents"] += amount
+        refund = {
+            "refund_id": f"RE-{len(self.state['refunds']) + 1}",
+            "payment_id": payment_id,
+            "amount_cents": amount,
+            "currency": payment["currency"],
+            "client_reference": str(body.get("client_reference", "")),
+            "refunded_cents": payment["refunded_cents"],
+        }
+        self.state["refunds"].append(refund)
+        return 201, refund
+
+    def refund_once(
+        self, key: str | None, payment_id: str, body: dict[str, Any]
+    ) -> tuple[int, Any]:
+        """A refund judged and made, or (under a key it answered before) that answer again."""
+        with self.lock:
+            self.state["requests"] += 1
+            answered = self.state["answers"].get(key) if key else None
+            if answered is not None:
+                status, result = answered
+            else:
+                status, result = self.apply(payment_id, body)
+                if key:
+                    self.state["answers"][key] = [status, result]
+            self.save()
+        return int(status), result
+
     def fault(self, name: str) -> bool:
         with self.lock:
             left = self.faults.get(name, 0)
@@ -202,16 +241,7 @@ def handler_for(payments: Payments, token: str) -> type[BaseHTTPRequestHandler]:
                 self.refuse(422, '<script>alert("x")</script> refused <b>now</b>')
                 return
             key = self.headers.get("Idempotency-Key") if payments.honours_key else None
-            with payments.lock:
-                payments.state["requests"] += 1
-                answered = payments.state["answers"].get(key) if key else None
-                if answered is not None:
-                    status, result = answered
-                else:
-                    status, result = self.apply(payment_id, body)
-                    if key:
-                        payments.state["answers"][key] = [status, result]
-                payments.save()
+            status, result = payments.refund_once(key, payment_id, body)
             if status == 201 and payments.fault("lose_after_commit"):
                 self.close_connection = True
                 return
@@ -224,29 +254,6 @@ def handler_for(payments: Payments, token: str) -> type[BaseHTTPRequestHandler]:
                 self.answer(201, {"ok": True})
                 return
             self.answer(status, result)
-
-        def apply(self, payment_id: str, body: dict[str, Any]) -> tuple[int, Any]:
-            payment = payments.state["payments"].get(payment_id)
-            if payment is None:
-                return 404, {"error": {"message": "no such payment"}}
-            amount = body.get("amount_cents")
-            if not isinstance(amount, int) or amount < 1:
-                return 422, {"error": {"message": "amount_cents must be a positive integer"}}
-            if body.get("currency") != payment["currency"]:
-                return 422, {"error": {"message": "currency differs from the payment's"}}
-            if payment["refunded_cents"] + amount > payment["amount_cents"]:
-                return 422, {"error": {"message": "amount is more than what is refundable"}}
-            payment["refunded_cents"] += amount
-            refund = {
-                "refund_id": f"RE-{len(payments.state['refunds']) + 1}",
-                "payment_id": payment_id,
-                "amount_cents": amount,
-                "currency": payment["currency"],
-                "client_reference": str(body.get("client_reference", "")),
-                "refunded_cents": payment["refunded_cents"],
-            }
-            payments.state["refunds"].append(refund)
-            return 201, refund
 
     return Handler
 

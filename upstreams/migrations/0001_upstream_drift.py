@@ -26,6 +26,7 @@ class Migration(migrations.Migration):
                         choices=[
                             ("tool_missing", "Declared tool not offered"),
                             ("answer_shape", "Answer not of the declared shape"),
+                            ("input_schema", "Arguments described differently"),
                         ],
                         max_length=32,
                     ),
