@@ -465,7 +465,6 @@ async def _http_streams(declared: McpHttpUpstream) -> AsyncIterator[Any]:
         yield streams
 
 
-
 def _error_words(text: str) -> str:
     try:
         loaded = json.loads(text)
