@@ -981,6 +981,11 @@ def execute_with_retries(
         try:
             data = spec.handler(arguments, context)
         except Refused as refused:
+            if uncertain and spec.writes:
+                # A refusal now says nothing of an earlier attempt that may have taken effect
+                # (one refused before it was sent, as a tool the upstream changed): the outcome
+                # stays unknown and its money counted until the effect is read.
+                break
             rejection = refused.rejection
             return _answered(
                 spec, call_id, _KEY_OPEN, rejection.code, rejection.message, rejection.data
