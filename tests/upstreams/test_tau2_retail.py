@@ -18,6 +18,7 @@ from dispatch.models import Agent
 from dispatch.pipeline.results import CallResult
 from dispatch.registry import tool_registry
 from dispatch.services import call_dispatch
+from retail.tools import RETAIL_TOOLS
 from tests.conftest import MakeAgent
 from upstreams.registry import upstream_register, upstream_unregister
 
@@ -97,9 +98,9 @@ def test_a_pending_order_is_cancelled_once(agent: Agent, tau2: Path) -> None:
 
 def test_what_the_policy_forbids_never_reaches_the_servers_write(agent: Agent, tau2: Path) -> None:
     variants = [
-        ({"order_id": FATIMAS_PENDING, "reason": "no longer needed"}, "TAU2_ORDER_NOT_FOUND"),
+        ({"order_id": FATIMAS_PENDING, "reason": "no longer needed"}, "ORDER_NOT_FOUND"),
         ({"order_id": SOFIAS_PENDING, "reason": "too expensive"}, "INVALID_ARGUMENTS"),
-        ({"order_id": "#W0000000", "reason": "ordered by mistake"}, "TAU2_ORDER_NOT_FOUND"),
+        ({"order_id": "#W0000000", "reason": "ordered by mistake"}, "ORDER_NOT_FOUND"),
     ]
     call(
         agent,
@@ -107,7 +108,7 @@ def test_what_the_policy_forbids_never_reaches_the_servers_write(agent: Agent, t
         {"order_id": SOFIAS_PENDING, "reason": "no longer needed"},
     )
     variants.append(
-        ({"order_id": SOFIAS_PENDING, "reason": "ordered by mistake"}, "TAU2_ORDER_NOT_PENDING")
+        ({"order_id": SOFIAS_PENDING, "reason": "ordered by mistake"}, "ORDER_NOT_PENDING")
     )
 
     codes = [call(agent, "tau2_cancel_pending_order", arguments).code for arguments, _ in variants]
@@ -122,6 +123,5 @@ def test_check_upstreams_lists_the_servers_tools(tau2: Path) -> None:
 
     call_command("check_upstreams", stdout=out)
 
-    assert "tau2_retail: as reviewed (tau2_get_order_details, tau2_cancel_pending_order)" in (
-        out.getvalue()
-    )
+    listed = "tau2_retail: as reviewed (" + ", ".join(f"tau2_{t}" for t in RETAIL_TOOLS) + ")"
+    assert listed in out.getvalue()
