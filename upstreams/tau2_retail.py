@@ -211,9 +211,18 @@ class _Product(_Strict):
     variants: dict[str, _Variant]
 
 
-# The call a check, a money read or a review is judging: its customer, whose state the server
-# reads, and its arguments (the items a change replaces name the products of the new ones).
-_judging: ContextVar[tuple[str, BaseModel]] = ContextVar("tau2_judging")
+@dataclasses.dataclass
+class _Judging:
+    """The call a check, a money read or a review is judging: its customer, whose state the
+    server reads, its arguments (the items a change replaces name the products of the new ones),
+    and the order it read (which the new items are looked up beside)."""
+
+    customer_id: str
+    arguments: BaseModel
+    order: OrderView | None = None
+
+
+_judging: ContextVar[_Judging] = ContextVar("tau2_judging")
 
 
 class Tau2Book:
@@ -232,9 +241,6 @@ class Tau2Book:
         except UpstreamRefusal:
             return None
 
-    def _customer(self) -> str:
-        return _judging.get()[0]
-
     def user(self, customer_id: str) -> UserView | None:
         found = self.read("get_user_details", {"user_id": customer_id}, customer_id)
         return None if found is None else _User.model_validate(found).view()
@@ -243,7 +249,11 @@ class Tau2Book:
         found = self.read("get_order_details", {"order_id": order_id}, customer_id)
         order = None if found is None else _Order.model_validate(found).view()
         # Another user's order is answered like one that does not exist.
-        return order if order is not None and order.user_id == customer_id else None
+        order = order if order is not None and order.user_id == customer_id else None
+        judging = _judging.get(None)
+        if judging is not None:
+            judging.order = order
+        return order
 
     def product(self, product_id: str) -> None:
         raise NotImplementedError("the rules read no product")
@@ -251,8 +261,8 @@ class Tau2Book:
     def variants(self, item_ids: Sequence[str]) -> dict[str, VariantView]:
         """The new items among the variants of the products the change replaces items of: a new
         item of another product is not found, which the rule refuses as not of the product."""
-        customer_id, arguments = _judging.get()
-        order = self.order(customer_id, str(getattr(arguments, "order_id", "")))
+        judging = _judging.get()
+        customer_id, arguments, order = judging.customer_id, judging.arguments, judging.order
         replaced = set(getattr(arguments, "item_ids", ()))
         products = (
             dict.fromkeys(i.product_id for i in order.items if i.item_id in replaced)
@@ -428,7 +438,7 @@ def _judging_for(
     """A hosted check, money read or review, run with its call as the one being judged."""
 
     def judged(arguments: BaseModel, second: Any) -> Any:
-        token = _judging.set((customer_of(second), arguments))
+        token = _judging.set(_Judging(customer_of(second), arguments))
         try:
             return function(arguments, second)
         finally:
