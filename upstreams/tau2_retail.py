@@ -60,26 +60,9 @@ from upstreams.tools import UpstreamWrite
 
 CURRENCIES = (CURRENCY,)
 PREFIX = "tau2_"
-READS = (
-    "find_user_id_by_email",
-    "find_user_id_by_name_zip",
-    "get_user_details",
-    "get_order_details",
-    "get_product_details",
-    "get_item_details",
-    "list_all_product_types",
-    "calculate",
-)
-WRITES = (
-    "cancel_pending_order",
-    "modify_pending_order_items",
-    "modify_pending_order_address",
-    "modify_pending_order_payment",
-    "return_delivered_order_items",
-    "exchange_delivered_order_items",
-    "modify_user_address",
-    "transfer_to_human_agents",
-)
+# The hosted desk's reads, and its writes (the hand-off to a human agent among them).
+READS = tuple(e.name for e in DESK if isinstance(e, Answered) and not e.writes)
+WRITES = tuple(e.name for e in DESK if e.name not in READS)
 
 UPSTREAM = McpStdioUpstream(
     name="tau2_retail",
@@ -102,16 +85,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
 
-class _Address(_Strict):
-    address1: str
-    address2: str
-    city: str
-    state: str
-    country: str
-    zip: str
+class _Placed(_Strict):
+    """An order's or a user's address, as the server answers it."""
 
-    def view(self) -> Address:
-        return Address(self.address1, self.address2, self.city, self.state, self.country, self.zip)
+    address: Address
 
 
 class _Method(_Strict):
@@ -130,7 +107,7 @@ class _Name(_Strict):
 class _User(_Strict):
     user_id: str
     name: _Name
-    address: _Address
+    address: Address
     email: str
     payment_methods: dict[str, _Method]
     orders: list[str]
@@ -151,7 +128,7 @@ class _User(_Strict):
             self.name.first_name,
             self.name.last_name,
             self.email,
-            self.address.view(),
+            self.address,
             methods,
             tuple(self.orders),
         )
@@ -174,7 +151,7 @@ class _Payment(_Strict):
 class _Order(_Strict):
     order_id: str
     user_id: str
-    address: _Address
+    address: Address
     items: list[_Item]
     status: str
     fulfillments: list[dict[str, Any]]
@@ -184,7 +161,7 @@ class _Order(_Strict):
         return OrderView(
             self.order_id,
             self.user_id,
-            self.address.view(),
+            self.address,
             tuple(
                 ItemLine(i.name, i.product_id, i.item_id, cents_of(i.price), i.options)
                 for i in self.items
@@ -380,7 +357,7 @@ def _order_shipping_to(
     found = book.read("get_order_details", {"order_id": arguments.order_id}, customer_id)
     if not isinstance(found, Mapping):
         return None
-    made = _Address.model_validate(found["address"]).view() == arguments.address()
+    made = _Placed.model_validate(found).address == arguments.address()
     return found if made else None
 
 
@@ -401,7 +378,7 @@ def _user_at(book: Tau2Book, arguments: Any, customer_id: str) -> Mapping[str, A
     found = book.read("get_user_details", {"user_id": customer_id}, customer_id)
     if not isinstance(found, Mapping):
         return None
-    made = _Address.model_validate(found["address"]).view() == arguments.address()
+    made = _Placed.model_validate(found).address == arguments.address()
     return found if made else None
 
 
