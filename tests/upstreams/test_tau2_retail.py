@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 
-from dispatch.models import Agent
+from approvals.deciding import confirmation_approve
+from dispatch.models import Agent, Confirmation
 from dispatch.pipeline.results import CallResult
 from dispatch.registry import tool_registry
 from dispatch.services import call_dispatch
@@ -125,3 +127,29 @@ def test_check_upstreams_lists_the_servers_tools(tau2: Path) -> None:
 
     listed = "tau2_retail: as reviewed (" + ", ".join(f"tau2_{t}" for t in RETAIL_TOOLS) + ")"
     assert listed in out.getvalue()
+
+
+def test_a_held_cancellation_shows_the_live_order_and_executes_once_when_approved(
+    tau2: Path, make_agent: MakeAgent
+) -> None:
+    agent = make_agent(
+        allowed_tools=["tau2_cancel_pending_order"],
+        max_amount_cents=10_000_000,
+        auto_approve_below_cents=100,
+        two_reviewers_from_cents=None,
+    )[0]
+    reviewer = User.objects.create_user("rita", password="pw")
+    reviewer.groups.add(Group.objects.get_or_create(name="reviewers")[0])
+    arguments = {"order_id": SOFIAS_PENDING, "reason": "ordered by mistake"}
+
+    held = call(agent, "tau2_cancel_pending_order", arguments)
+    spec = tool_registry.get("tau2_cancel_pending_order")
+    assert spec is not None and spec.review is not None
+    view = spec.review(spec.arguments.model_validate(arguments), SOFIA)
+
+    assert held.code == "CONFIRMATION_REQUIRED"
+    assert "cancel_pending_order" not in server_calls(tau2, SOFIA)
+    assert {fact.label: fact.value for fact in view.facts}["Status"] == "pending"
+    confirmation_approve(confirmation_id=held.data["confirmation_id"], reviewer=reviewer)
+    assert Confirmation.objects.get(pk=held.data["confirmation_id"]).status == "executed"
+    assert server_calls(tau2, SOFIA).count("cancel_pending_order") == 1
