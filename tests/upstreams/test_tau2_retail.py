@@ -153,3 +153,26 @@ def test_a_held_cancellation_shows_the_live_order_and_executes_once_when_approve
     confirmation_approve(confirmation_id=held.data["confirmation_id"], reviewer=reviewer)
     assert Confirmation.objects.get(pk=held.data["confirmation_id"]).status == "executed"
     assert server_calls(tau2, SOFIA).count("cancel_pending_order") == 1
+
+
+def test_a_read_answers_only_what_is_the_customers(tau2: Path, make_agent: MakeAgent) -> None:
+    agent = make_agent(allowed_tools=[f"tau2_{name}" for name in RETAIL_TOOLS])[0]
+
+    others_order = call(agent, "tau2_get_order_details", {"order_id": FATIMAS_PENDING})
+    others_user = call(agent, "tau2_get_user_details", {"user_id": FATIMA})
+    found_by_name = call(
+        agent,
+        "tau2_find_user_id_by_name_zip",
+        {"first_name": "Fatima", "last_name": "Anderson", "zip": "32100"},
+    )
+    no_product = call(agent, "tau2_get_product_details", {"product_id": "1234567890"})
+    by_zero = call(agent, "tau2_calculate", {"expression": "1 / 0"})
+    sum_ = call(agent, "tau2_calculate", {"expression": "2 * (3.5 + 1)"})
+
+    assert (others_order.code, others_user.code) == ("ORDER_NOT_FOUND", "USER_NOT_FOUND")
+    assert found_by_name.code == "USER_NOT_FOUND"
+    assert (no_product.code, "1234567890" in no_product.message) == ("PRODUCT_NOT_FOUND", True)
+    assert by_zero.code == "INVALID_EXPRESSION"
+    assert (sum_.code, sum_.data) == ("OK", {"result": 9.0})
+    # Another user's profile is refused on its arguments alone: the server never sees it.
+    assert "get_user_details" not in server_calls(tau2, SOFIA)
