@@ -290,10 +290,22 @@ def _remote_write(
                 if on_result is not None:
                     on_result(result)
                 return result
-        except StoreUnavailable:
-            if attempt == 2 or connection.is_usable():
+        except StoreUnavailable as error:
+            if attempt == 2 or (connection.is_usable() and not _a_deadlocks_victim(error)):
                 raise
-            # The connection was lost while the upstream was called: nothing of this
-            # transaction committed, so the outcome is settled once more on a new one.
-            connection.close()
+            # The connection was lost while the upstream was called, or this transaction was a
+            # deadlock's victim (an identical call recording its answer in the same session's
+            # chain): nothing of it committed, so the outcome is settled once more on a new one.
+            if not connection.is_usable():
+                connection.close()
     raise AssertionError("unreachable")
+
+
+def _a_deadlocks_victim(error: BaseException) -> bool:
+    """Whether PostgreSQL rolled the transaction back to break a deadlock."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if getattr(seen, "sqlstate", None) == "40P01":
+            return True
+        seen = seen.__cause__
+    return False
