@@ -18,6 +18,7 @@ from dispatch.models import Agent, CallChannel, IdempotencyRecord, Policy
 from dispatch.pipeline.engine import Limits, PendingEffect, Pipeline, PreparedCall
 from dispatch.pipeline.policy import CurrencyLimits, HumanRule
 from dispatch.pipeline.results import CallResult
+from dispatch.pipeline.state import StoreUnavailable
 from dispatch.pipeline.tools import ToolCall
 from dispatch.registry import tool_registry
 from dispatch.store import OrmState
@@ -283,12 +284,21 @@ def _remote_write(
             return opened
         _effect_lease(opened)
     execution = pipeline.effect_make(opened)
-    with transaction.atomic(), connection.cursor() as cursor:
-        state = OrmState(cursor, tool_registry, channel=channel)
-        result = pipeline.effect_end(opened, execution, state)
-        if on_result is not None:
-            on_result(result)
-        return result
+    for attempt in (1, 2):
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                state = OrmState(cursor, tool_registry, channel=channel)
+                result = pipeline.effect_end(opened, execution, state)
+                if on_result is not None:
+                    on_result(result)
+                return result
+        except StoreUnavailable as error:
+            if attempt == 2 or not _a_deadlocks_victim(error):
+                raise
+            # PostgreSQL rolled this transaction back to break a deadlock (an identical call
+            # recording its answer in the same session's chain): nothing of it committed, and
+            # the connection is sound, so the outcome is settled once more.
+    raise AssertionError("unreachable")
 
 
 def _effect_lease(effect: PendingEffect) -> None:
@@ -303,3 +313,13 @@ def _effect_lease(effect: PendingEffect) -> None:
             "agent_id": call.agent_id,
         },
     )
+
+
+def _a_deadlocks_victim(error: BaseException) -> bool:
+    """Whether PostgreSQL rolled the transaction back to break a deadlock."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if getattr(seen, "sqlstate", None) == "40P01":
+            return True
+        seen = seen.__cause__
+    return False

@@ -12,12 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 
-from dispatch.models import Agent
+from approvals.deciding import confirmation_approve
+from dispatch.models import Agent, Confirmation
 from dispatch.pipeline.results import CallResult
 from dispatch.registry import tool_registry
 from dispatch.services import call_dispatch
+from retail.tools import RETAIL_TOOLS
 from tests.conftest import MakeAgent
 from upstreams.registry import upstream_register, upstream_unregister
 
@@ -97,9 +100,9 @@ def test_a_pending_order_is_cancelled_once(agent: Agent, tau2: Path) -> None:
 
 def test_what_the_policy_forbids_never_reaches_the_servers_write(agent: Agent, tau2: Path) -> None:
     variants = [
-        ({"order_id": FATIMAS_PENDING, "reason": "no longer needed"}, "TAU2_ORDER_NOT_FOUND"),
+        ({"order_id": FATIMAS_PENDING, "reason": "no longer needed"}, "ORDER_NOT_FOUND"),
         ({"order_id": SOFIAS_PENDING, "reason": "too expensive"}, "INVALID_ARGUMENTS"),
-        ({"order_id": "#W0000000", "reason": "ordered by mistake"}, "TAU2_ORDER_NOT_FOUND"),
+        ({"order_id": "#W0000000", "reason": "ordered by mistake"}, "ORDER_NOT_FOUND"),
     ]
     call(
         agent,
@@ -107,7 +110,7 @@ def test_what_the_policy_forbids_never_reaches_the_servers_write(agent: Agent, t
         {"order_id": SOFIAS_PENDING, "reason": "no longer needed"},
     )
     variants.append(
-        ({"order_id": SOFIAS_PENDING, "reason": "ordered by mistake"}, "TAU2_ORDER_NOT_PENDING")
+        ({"order_id": SOFIAS_PENDING, "reason": "ordered by mistake"}, "ORDER_NOT_PENDING")
     )
 
     codes = [call(agent, "tau2_cancel_pending_order", arguments).code for arguments, _ in variants]
@@ -122,6 +125,54 @@ def test_check_upstreams_lists_the_servers_tools(tau2: Path) -> None:
 
     call_command("check_upstreams", stdout=out)
 
-    assert "tau2_retail: as reviewed (tau2_get_order_details, tau2_cancel_pending_order)" in (
-        out.getvalue()
+    listed = "tau2_retail: as reviewed (" + ", ".join(f"tau2_{t}" for t in RETAIL_TOOLS) + ")"
+    assert listed in out.getvalue()
+
+
+def test_a_held_cancellation_shows_the_live_order_and_executes_once_when_approved(
+    tau2: Path, make_agent: MakeAgent
+) -> None:
+    agent = make_agent(
+        allowed_tools=["tau2_cancel_pending_order"],
+        max_amount_cents=10_000_000,
+        auto_approve_below_cents=100,
+        two_reviewers_from_cents=None,
+    )[0]
+    reviewer = User.objects.create_user("rita", password="pw")
+    reviewer.groups.add(Group.objects.get_or_create(name="reviewers")[0])
+    arguments = {"order_id": SOFIAS_PENDING, "reason": "ordered by mistake"}
+
+    held = call(agent, "tau2_cancel_pending_order", arguments)
+    spec = tool_registry.get("tau2_cancel_pending_order")
+    assert spec is not None and spec.review is not None
+    view = spec.review(spec.arguments.model_validate(arguments), SOFIA)
+
+    assert held.code == "CONFIRMATION_REQUIRED"
+    assert "cancel_pending_order" not in server_calls(tau2, SOFIA)
+    assert {fact.label: fact.value for fact in view.facts}["Status"] == "pending"
+    confirmation_approve(confirmation_id=held.data["confirmation_id"], reviewer=reviewer)
+    assert Confirmation.objects.get(pk=held.data["confirmation_id"]).status == "executed"
+    assert server_calls(tau2, SOFIA).count("cancel_pending_order") == 1
+
+
+def test_a_read_answers_only_what_is_the_customers(tau2: Path, make_agent: MakeAgent) -> None:
+    agent = make_agent(allowed_tools=[f"tau2_{name}" for name in RETAIL_TOOLS])[0]
+
+    others_order = call(agent, "tau2_get_order_details", {"order_id": FATIMAS_PENDING})
+    others_user = call(agent, "tau2_get_user_details", {"user_id": FATIMA})
+    found_by_name = call(
+        agent,
+        "tau2_find_user_id_by_name_zip",
+        {"first_name": "Fatima", "last_name": "Anderson", "zip": "32100"},
     )
+    no_product = call(agent, "tau2_get_product_details", {"product_id": "1234567890"})
+    by_zero = call(agent, "tau2_calculate", {"expression": "1 / 0"})
+    sum_ = call(agent, "tau2_calculate", {"expression": "2 * (3.5 + 1)"})
+
+    assert (others_order.code, others_user.code) == ("ORDER_NOT_FOUND", "USER_NOT_FOUND")
+    assert found_by_name.code == "USER_NOT_FOUND"
+    assert (no_product.code, "1234567890" in no_product.message) == ("PRODUCT_NOT_FOUND", True)
+    assert by_zero.code == "INVALID_EXPRESSION"
+    assert (sum_.code, sum_.data) == ("OK", {"result": 9.0})
+    # Another user's profile is refused on its arguments alone: the server never sees it.
+    assert "get_user_details" not in server_calls(tau2, SOFIA)
