@@ -2,18 +2,25 @@
 a read and a write, beside a hosted refund's over its own gateway, all in one run.
 
 The payments stand-in (tests/upstreams/payments_server.py, state in memory, honouring
-Idempotency-Key) runs in a process of its own on 127.0.0.1. Rounds interleave five kinds, each
-on fresh arguments:
+Idempotency-Key) runs in a process of its own on 127.0.0.1. Each round times seven kinds, in
+alternating order, each on fresh arguments:
 
 - upstream read: `Upstream.read("getPayment")` directly, and `get_payment` through
   `call_dispatch` (the whole pipeline: step, key, check, audit record);
 - upstream write: `Upstream.write("createRefund")` directly, and `refund_payment` through
   `call_dispatch` (its check's GET, the reservation and key committed, the POST, the settlement);
-- hosted refund: `OrmOrderBook.refund` directly, and `refund_order` through `call_dispatch`.
+- hosted refund: `OrmOrderBook.refund` directly, and `refund_order` through `call_dispatch`;
+- commit: one row inserted and committed on the same database (one WAL flush).
 
 `call_dispatch` in-process on PostgreSQL (no HTTP into Toolgate, no gunicorn), test settings.
-The gated write makes two requests to the upstream (its check reads the payment), so its added
-time includes one upstream read.
+The gated write makes two requests to the upstream (its check reads the payment) and commits
+twice (its key and reservation before the upstream is called, its outcome after), where the
+stand-in keeps its state in memory and a hosted refund's one commit is its direct call's too; so
+its added time is also shown less its check's read and those two commits.
+
+Each added figure is the difference of the two p50s (less the others named); its spread is the
+25th to 75th percentile of the same difference taken round by round. The first tenth of the
+rounds is left out (warm-up).
 
     .venv/bin/python -m bench.upstream [--rounds 300] [--pg-url postgres://postgres@127.0.0.1:5432/upstream_bench]
 """
@@ -102,6 +109,8 @@ def _measure(rounds: int) -> dict[str, Any]:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    from django.db import connection, transaction
+
     from dispatch.registry import tool_registry
     from dispatch.services import agent_create, call_dispatch
     from orders.gateway import OrmOrderBook
@@ -131,6 +140,13 @@ def _measure(rounds: int) -> dict[str, Any]:
         for n in range(CUSTOMERS)
     )
 
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE bench_commit (id bigserial PRIMARY KEY)")
+
+    def commit() -> None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("INSERT INTO bench_commit DEFAULT VALUES")
+
     def gated(tool: str, arguments: dict[str, Any], customer: str) -> Callable[[], None]:
         def run() -> None:
             result = call_dispatch(
@@ -152,6 +168,7 @@ def _measure(rounds: int) -> dict[str, Any]:
         "upstream write gated",
         "hosted refund direct",
         "hosted refund gated",
+        "commit",
     )
     for kind in kinds:
         times[kind] = []
@@ -189,6 +206,7 @@ def _measure(rounds: int) -> dict[str, Any]:
                 approved_by=(),
             ),
             "hosted refund gated": gated("refund_order", {"order_id": order, **refund}, customer),
+            "commit": commit,
         }
         # Alternate the order of each pair, so that neither always goes first.
         order_of = kinds if number % 2 else tuple(reversed(kinds))
@@ -198,19 +216,31 @@ def _measure(rounds: int) -> dict[str, Any]:
             times[kind].append((time.perf_counter() - started) * 1000.0)
     warm = {kind: values[len(values) // 10 :] for kind, values in times.items()}
     p50 = {kind: statistics.median(values) for kind, values in warm.items()}
+
+    def added(gated: str, direct: str, *less: str) -> dict[str, Any]:
+        rounds = [
+            g - d - sum(warm[kind][at] for kind in less)
+            for at, (g, d) in enumerate(zip(warm[gated], warm[direct], strict=True))
+        ]
+        quartiles = statistics.quantiles(rounds, n=4)
+        return {
+            "p50_ms": round(p50[gated] - p50[direct] - sum(p50[kind] for kind in less), 3),
+            "spread_ms": [round(quartiles[0], 3), round(quartiles[2], 3)],
+        }
+
+    read = ("upstream read gated", "upstream read direct")
+    write = ("upstream write gated", "upstream write direct")
     return {
         "rounds": rounds,
         "p50_ms": {kind: round(value, 3) for kind, value in p50.items()},
-        "added_p50_ms": {
-            "upstream read": round(p50["upstream read gated"] - p50["upstream read direct"], 3),
-            "upstream write": round(p50["upstream write gated"] - p50["upstream write direct"], 3),
-            "upstream write, less its check's read": round(
-                p50["upstream write gated"]
-                - p50["upstream write direct"]
-                - p50["upstream read direct"],
-                3,
+        "added": {
+            "upstream read": added(*read),
+            "upstream write": added(*write),
+            "upstream write, less its check's read": added(*write, "upstream read direct"),
+            "upstream write, less its check's read and two commits": added(
+                *write, "upstream read direct", "commit", "commit"
             ),
-            "hosted refund": round(p50["hosted refund gated"] - p50["hosted refund direct"], 3),
+            "hosted refund": added("hosted refund gated", "hosted refund direct"),
         },
     }
 
