@@ -283,7 +283,11 @@ def test_a_write_declared_by_its_arguments_is_settled_completed_on_the_beat(
     monkeypatch.setattr(settings, "TOOLGATE_OUTCOMES_OLDER_THAN_SECONDS", 0.0)
 
     entry = settings.CELERY_BEAT_SCHEDULE["settle-outcomes"]
-    counts = outcomes_settle_task.delay().get()
+    # Run as a worker runs it. Not .delay().get(): Celery's flag against waiting inside a task is
+    # process-wide, so a task another test's thread still runs eagerly would trip it here.
+    settled = outcomes_settle_task.apply()
+    assert settled.successful(), settled.traceback
+    counts = settled.result
     replayed = refund(agent)
 
     assert entry["task"] == "dispatch.tasks.outcomes_settle_task" and entry["schedule"] <= 300
