@@ -44,21 +44,7 @@ def test_a_refund_after_the_server_dropped_the_reservations_connections_executes
         return result.code
 
     assert refund("s-1", 500) == "OK"
-    # Every other connection to the test's database ends, as a restart or a failover ends them:
-    # among them the reservations' own, idle in their pool.
-    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as admin:
-        ours = connection.connection.info.backend_pid
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid NOT IN (pg_backend_pid(), %s)",
-            [ours],
-        )
-        while admin.execute(
-            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid NOT IN (pg_backend_pid(), %s)",
-            [ours],
-        ).fetchone():
-            time.sleep(0.01)
+    end_the_other_connections()
 
     assert refund("s-2", 700) == "OK"
     orders["ORD-1001"].refresh_from_db()
@@ -66,9 +52,7 @@ def test_a_refund_after_the_server_dropped_the_reservations_connections_executes
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_release_after_the_server_dropped_the_reservations_connections_releases(
-    make_agent: MakeAgent, orders: dict[str, Order]
-) -> None:
+def test_a_release_after_the_server_dropped_the_reservations_connections_releases() -> None:
     if connection.vendor != "postgresql":
         pytest.skip("the reservations have connections of their own only on PostgreSQL")
     now = timezone.now()
@@ -87,6 +71,17 @@ def test_a_release_after_the_server_dropped_the_reservations_connections_release
     )
     # A first release opens a reservations' connection, which then waits in its pool.
     allowance_release("k-none", cursor=connection.cursor())
+    end_the_other_connections()
+
+    allowance_release("k-release", cursor=connection.cursor())
+
+    movement.refresh_from_db()
+    assert movement.released_at is not None
+
+
+def end_the_other_connections() -> None:
+    """Every other connection to the test's database ends, as a restart or a failover ends them:
+    among them the reservations' own, idle in their pool."""
     with psycopg.connect(**connection.get_connection_params(), autocommit=True) as admin:
         ours = connection.connection.info.backend_pid
         admin.execute(
@@ -94,8 +89,9 @@ def test_a_release_after_the_server_dropped_the_reservations_connections_release
             "WHERE datname = current_database() AND pid NOT IN (pg_backend_pid(), %s)",
             [ours],
         )
-
-    allowance_release("k-release", cursor=connection.cursor())
-
-    movement.refresh_from_db()
-    assert movement.released_at is not None
+        while admin.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid NOT IN (pg_backend_pid(), %s)",
+            [ours],
+        ).fetchone():
+            time.sleep(0.01)
