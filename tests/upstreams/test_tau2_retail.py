@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,10 @@ from dispatch.registry import tool_registry
 from dispatch.services import call_dispatch
 from retail.tools import RETAIL_TOOLS
 from tests.conftest import MakeAgent
+from upstreams.mcp import McpUpstream
+from upstreams.models import UpstreamDrift
 from upstreams.registry import upstream_register, upstream_unregister
+from upstreams.tau2_retail import UPSTREAM
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -127,6 +131,31 @@ def test_check_upstreams_lists_the_servers_tools(tau2: Path) -> None:
 
     listed = "tau2_retail: as reviewed (" + ", ".join(f"tau2_{t}" for t in RETAIL_TOOLS) + ")"
     assert listed in out.getvalue()
+
+
+def test_the_servers_schemas_are_compared_with_the_reviewed_snapshot(
+    tau2: Path, tmp_path: Path
+) -> None:
+    reviewed = json.loads(UPSTREAM.input_schemas.read_text())  # type: ignore[union-attr]
+    # Reviewed when the reason could be left out: the server now requires it.
+    reviewed["cancel_pending_order"]["required"].remove("reason")
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(reviewed))
+    as_shipped, as_older = (
+        McpUpstream(UPSTREAM),
+        McpUpstream(replace(UPSTREAM, input_schemas=older)),
+    )
+
+    try:
+        assert as_shipped.drift() == []
+        drift = as_older.drift()
+    finally:
+        as_shipped.close()
+        as_older.close()
+
+    assert drift == ["cancel_pending_order: its input schema changed (which are required)"]
+    recorded = UpstreamDrift.objects.get()
+    assert (recorded.tool, recorded.kind) == ("cancel_pending_order", "input_schema")
 
 
 def test_a_held_cancellation_shows_the_live_order_and_executes_once_when_approved(
