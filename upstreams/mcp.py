@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from pydantic import BaseModel, ValidationError
 
-from upstreams.drift_records import INPUT_SCHEMA, TOOL_MISSING, drift_record
+from upstreams.drift_records import ANSWER_SHAPE, INPUT_SCHEMA, TOOL_MISSING, drift_record
 from upstreams.http import (
     UpstreamBadAnswer,
     UpstreamChanged,
@@ -243,10 +243,14 @@ class McpUpstream:
             return answer.model_validate_json(text)
         except ValidationError as error:
             where = sorted({".".join(map(str, e["loc"])) or e["type"] for e in error.errors()})
+            fields = upstream_words(", ".join(where[:5]))
+            if not any(e["type"] == "json_invalid" for e in error.errors()):
+                # JSON of another shape: the tool's contract moved (not a garbled answer).
+                drift_record(
+                    upstream=self.name, tool=tool, kind=ANSWER_SHAPE, detail=f"fields {fields}"
+                )
             raise UpstreamBadAnswer(
-                self.name,
-                f"its answer to {tool} does not match the declared shape "
-                f"({upstream_words(', '.join(where[:5]))})",
+                self.name, f"its answer to {tool} does not match the declared shape ({fields})"
             ) from None
 
     def listed(self) -> frozenset[str]:

@@ -27,6 +27,7 @@ from tests.upstreams import payments_mcp as declarations
 from tests.upstreams.conftest import TOKEN, McpPaymentsServer, mcp_registered, wait_for
 from tests.upstreams.test_payments import call, in_thread, money_counted, refund
 from upstreams.mcp import McpUpstream, schema_drift
+from upstreams.models import UpstreamDrift
 from upstreams.registry import upstream_load
 from upstreams.tools import UpstreamDeclarationError, upstream_tools
 
@@ -247,6 +248,10 @@ def test_an_answer_that_is_not_the_declared_one_is_not_shown(
 
     assert read.code == "UPSTREAM_BAD_ANSWER"
     assert "lots" not in read.message and "not json" not in read.message
+    # JSON of another shape is the tool's contract moving, recorded for administrators; an
+    # answer that is not JSON at all is a garbled one, and no drift.
+    recorded = [(d.tool, d.kind) for d in UpstreamDrift.objects.all()]
+    assert recorded == ([("get_payment", "answer_shape")] if fault == "wrong_schema" else [])
 
 
 def test_a_refusal_with_markup_releases_the_money_and_is_escaped(
